@@ -1,0 +1,39 @@
+--[[
+fixed_window.lua: count per window, windows aligned to the epoch (floor(now / W)).
+
+State, a hash per counter: t = last decision time (ms), w = window index, c = count in window w.
+
+  load(key, now, W)                 -> state (now raised to t: time never runs backwards)
+  fits(state, L, B, need)           -> true when c + need <= L; nil when need > L (never fits)
+  settle(key, state, L, B, cost, fits, commit, slack)
+                                    -> remaining, reset_ms; writes only when commit and cost > 0
+
+Reset: W - e, whether allowed or denied (e = time elapsed in the window).
+--]]
+
+ALGORITHMS[1] = {
+  load = function(key, now, window)
+    local v = redis.call('HMGET', key, 't', 'w', 'c')
+    local t = tonumber(v[1])
+    if t and t > now then now = t end
+    local index = math.floor(now / window)
+    local count = 0
+    if tonumber(v[2]) == index then count = tonumber(v[3]) end
+    return { now = now, window = window, index = index, e = now - index * window, c = count }
+  end,
+
+  fits = function(s, limit, _, need)
+    if need > limit then return nil end
+    return s.c + need <= limit
+  end,
+
+  settle = function(key, s, limit, _, cost, _, commit, slack)
+    local reset = s.window - s.e
+    if commit and cost > 0 then
+      s.c = s.c + cost
+      redis.call('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c))
+      redis.call('PEXPIRE', key, reset + slack)
+    end
+    return math.max(0, limit - s.c), reset
+  end,
+}

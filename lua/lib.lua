@@ -1,0 +1,62 @@
+--[[
+lib.lua: shared helpers for tollgate's decision script.
+
+Why Lua: Redis runs a script to completion before it serves any other command, so reading a
+counter, deciding and writing it back is one indivisible step, and a whole request (every
+counter it touches) is decided in one round trip. See dispatch.lua for KEYS, ARGV and the reply.
+
+At start-up tollgate joins lib.lua, the algorithm files and dispatch.lua (in that order) into
+one script with one SHA. Each algorithm file registers itself in ALGORITHMS under its code.
+
+Redis Lua numbers are doubles: integers are exact below 2^53. Counts and limits stay below
+2^33 and windows below 2^36 ms, but their products do not, so the sliding window compares and
+divides such products with the exact helpers below.
+--]]
+
+local ALGORITHMS = {}
+
+-- Split point for the exact products: factors below 2^33 times halves below 2^20 stay below 2^53.
+local SPLIT = 1048576 -- 2^20
+
+-- a*b - c*d, exact whenever the true result is below 2^53 in magnitude, and always of the right
+-- sign. Requires 0 <= a, c < 2^33 and 0 <= b, d < 2^36, all integers.
+local function product_difference(a, b, c, d)
+  local bh, bl = math.floor(b / SPLIT), b % SPLIT
+  local dh, dl = math.floor(d / SPLIT), d % SPLIT
+  -- Both partial differences are exact; their sum is the correctly rounded true difference.
+  return (a * bh - c * dh) * SPLIT + (a * bl - c * dl)
+end
+
+-- floor(a*b / c) and the remainder a*b - q*c, exact for a < 2^33, b < 2^36, 0 < c < 2^36 and a
+-- quotient below 2^36, when c or the quotient is below 2^33.
+local function mul_div(a, b, c)
+  local q = math.floor(a * b / c)
+  local r
+  if q < c then r = product_difference(a, b, q, c) else r = product_difference(a, b, c, q) end
+  -- The double estimate is off by at most a unit or two; walk it to the exact quotient.
+  while r < 0 do
+    q = q - 1
+    r = r + c
+  end
+  while r >= c do
+    q = q + 1
+    r = r - c
+  end
+  return q, r
+end
+
+local function ceil_div(a, b)
+  return math.floor((a + b - 1) / b)
+end
+
+local function gcd(a, b)
+  while b > 0 do
+    a, b = b, a % b
+  end
+  return a
+end
+
+-- Integers go to Redis as decimal strings: Lua's default formatting would round large counts.
+local function int(n)
+  return string.format('%d', n)
+end

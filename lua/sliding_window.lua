@@ -1,0 +1,68 @@
+--[[
+sliding_window.lua: sliding window counter. The previous window's count p is weighted by the
+part of it that still overlaps the sliding window: allowed when p*(W-e)/W + c + need <= L,
+compared exactly as p*(W-e) <= (L-c-need)*W.
+
+State, a hash per counter: t = last decision time (ms), w = window index of c, c = count in
+window w, p = count in window w-1.
+
+  load(key, now, W)                 -> state (now raised to t: time never runs backwards)
+  fits(state, L, B, need)           -> boolean; nil when need > L (never fits)
+  settle(key, state, L, B, cost, fits, commit, slack)
+                                    -> remaining, reset_ms; writes only when commit and cost > 0
+
+Reset, in whole milliseconds rounded up (X = L - c - need):
+  allowed: 2W - e while the current window counts anything, else W - e
+  denied, c + need <= L: W - floor(X*W/p) - e           (p's weight falls enough in this window)
+  denied, c + need >  L: (W - e) + W - floor((L-need)*W/c)   (c, as next window's p, must fall)
+--]]
+
+ALGORITHMS[2] = {
+  load = function(key, now, window)
+    local v = redis.call('HMGET', key, 't', 'w', 'c', 'p')
+    local t = tonumber(v[1])
+    if t and t > now then now = t end
+    local index = math.floor(now / window)
+    local w = tonumber(v[2])
+    local current, previous = 0, 0
+    if w == index then
+      current, previous = tonumber(v[3]), tonumber(v[4])
+    elseif w == index - 1 then
+      previous = tonumber(v[3])
+    end
+    return { now = now, window = window, index = index, e = now - index * window,
+             c = current, p = previous }
+  end,
+
+  fits = function(s, limit, _, need)
+    if need > limit then return nil end
+    local spare = limit - s.c - need
+    if spare < 0 then return false end
+    return product_difference(s.p, s.window - s.e, spare, s.window) <= 0
+  end,
+
+  settle = function(key, s, limit, _, cost, fits, commit, slack)
+    local W, e = s.window, s.e
+    if commit and cost > 0 then
+      s.c = s.c + cost
+      redis.call('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c), 'p', int(s.p))
+      redis.call('PEXPIRE', key, 2 * W - e + slack)
+    end
+    local weighted, rest = mul_div(s.p, W - e, W)
+    if rest > 0 then weighted = weighted + 1 end
+    local remaining = math.max(0, limit - s.c - weighted)
+
+    local need = math.max(cost, 1)
+    local reset
+    if fits == nil then
+      reset = -1
+    elseif fits then
+      reset = (s.c > 0) and (2 * W - e) or (W - e)
+    elseif s.c + need <= limit then
+      reset = W - mul_div(limit - s.c - need, W, s.p) - e
+    else
+      reset = (W - e) + math.max(0, W - mul_div(limit - need, W, s.c))
+    end
+    return remaining, reset
+  end,
+}

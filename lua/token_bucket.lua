@@ -1,0 +1,64 @@
+--[[
+token_bucket.lua: a bucket of B tokens refilled at L tokens per window W.
+
+Tokens are kept as exact integers scaled by s = W / gcd(L, W), so the refill is r = L / gcd(L, W)
+scaled tokens per millisecond. tollgate refuses rules where B*s would reach 2^53.
+
+State, a hash per counter: t = last decision time (ms), k = scaled tokens at t, s = the scale k
+was written with (a changed limit keeps its whole tokens).
+
+  load(key, now, W)                 -> state (now raised to t: time never runs backwards)
+  fits(state, L, B, need)           -> true when tokens >= need after refilling;
+                                       nil when need > B (never fits)
+  settle(key, state, L, B, cost, fits, commit, slack)
+                                    -> remaining, reset_ms; writes only when commit and cost > 0
+
+Reset: allowed, the time until the bucket is full, ceil((B*s - k)/r); denied, the time until
+need tokens are there, ceil((need*s - k)/r).
+--]]
+
+ALGORITHMS[3] = {
+  load = function(key, now, window)
+    local v = redis.call('HMGET', key, 't', 'k', 's')
+    local t = tonumber(v[1])
+    if t and t > now then now = t end
+    return { now = now, window = window, t = t, k = tonumber(v[2]), s = tonumber(v[3]) }
+  end,
+
+  fits = function(st, limit, burst, need)
+    local g = gcd(limit, st.window)
+    local scale, refill = st.window / g, limit / g
+    local full = burst * scale
+    local tokens = full
+    if st.t then
+      tokens = st.k
+      if st.s ~= scale then tokens = math.floor(tokens / st.s) * scale end
+      local missing = full - tokens
+      if missing <= 0 or (st.now - st.t) * refill >= missing then
+        tokens = full
+      else
+        tokens = tokens + (st.now - st.t) * refill
+      end
+    end
+    st.scale, st.refill, st.full, st.tokens = scale, refill, full, tokens
+    if need > burst then return nil end
+    return tokens >= need * scale
+  end,
+
+  settle = function(key, st, _, _, cost, fits, commit, slack)
+    if commit and cost > 0 then
+      st.tokens = st.tokens - cost * st.scale
+      redis.call('HSET', key, 't', int(st.now), 'k', int(st.tokens), 's', int(st.scale))
+      redis.call('PEXPIRE', key, ceil_div(st.full - st.tokens, st.refill) + slack)
+    end
+    local reset
+    if fits == nil then
+      reset = -1
+    elseif fits then
+      reset = ceil_div(st.full - st.tokens, st.refill)
+    else
+      reset = ceil_div(math.max(cost, 1) * st.scale - st.tokens, st.refill)
+    end
+    return math.floor(st.tokens / st.scale), reset
+  end,
+}

@@ -1,0 +1,63 @@
+import type { Entry } from './check.js';
+import type { Algorithm } from './rules/types.js';
+
+/**
+ * Counter keys: one per (domain, tenant, route, algorithm, window).
+ *
+ *   PREFIX tg:{DOMAIN TENANT_KEY TENANT_VALUE}ROUTE_KEY ROUTE_VALUE ...|ALGORITHM:WINDOW_MS
+ *
+ * Every part is length-prefixed (`<utf-8 bytes>:<text>`), so two different descriptors never
+ * share a key whatever bytes they hold. The braces are a Redis Cluster hash tag: every counter of
+ * one tenant lives on one slot, so a request whose descriptors share a tenant is one script call.
+ * Inside the tag `\`, `{` and `}` are escaped, because Redis ends the tag at the first `}`.
+ */
+
+const ALGORITHM_CODES: Readonly<Record<Algorithm, string>> = {
+  fixed_window: 'fw',
+  sliding_window: 'sw',
+  token_bucket: 'tb',
+};
+
+function part(text: string): string {
+  return `${Buffer.byteLength(text)}:${text}`;
+}
+
+function escapeTag(text: string): string {
+  if (!text.includes('{') && !text.includes('}') && !text.includes('\\')) return text;
+  let escaped = '';
+  for (const char of text) {
+    escaped += char === '\\' ? '\\\\' : char === '{' ? '\\(' : char === '}' ? '\\)' : char;
+  }
+  return escaped;
+}
+
+/**
+ * The tenant of a descriptor: the entry `tenantKey` names when the descriptor has it, otherwise
+ * the first entry.
+ */
+export function tenantIndex(entries: readonly Entry[], tenantKey: string | undefined): number {
+  if (tenantKey !== undefined) {
+    for (let i = 0; i < entries.length; i++) if (entries[i]?.key === tenantKey) return i;
+  }
+  return 0;
+}
+
+export function counterKey(
+  prefix: string,
+  domain: string,
+  entries: readonly Entry[],
+  tenantKey: string | undefined,
+  algorithm: Algorithm,
+  windowMs: number,
+): string {
+  const tenant = tenantIndex(entries, tenantKey);
+  let tag = part(domain);
+  let route = '';
+  for (let i = 0; i < entries.length; i++) {
+    const entry = entries[i] as Entry;
+    const pair = part(entry.key) + part(entry.value);
+    if (i === tenant) tag += pair;
+    else route += pair;
+  }
+  return `${prefix}tg:{${escapeTag(tag)}}${route}|${ALGORITHM_CODES[algorithm]}:${windowMs}`;
+}

@@ -1,0 +1,197 @@
+import type { Algorithm } from '../rules/types.js';
+
+/**
+ * The three algorithms of `lua/`, for the in-memory store. Each function here mirrors its Lua
+ * twin line for line: same operations, same order, same rounding, so both stores give identical
+ * decisions (a property test holds them to it). Read the Lua headers for the reasoning.
+ */
+
+/** A counter's stored fields; the names are the Redis hash fields. */
+export interface CounterState {
+  t?: number;
+  w?: number;
+  c?: number;
+  p?: number;
+  k?: number;
+  s?: number;
+}
+
+export interface Loaded {
+  now: number;
+  window: number;
+  index: number;
+  e: number;
+  c: number;
+  p: number;
+  // Token bucket only.
+  t: number | undefined;
+  k: number;
+  s: number;
+  scale: number;
+  refill: number;
+  full: number;
+  tokens: number;
+}
+
+export interface AlgorithmImpl {
+  load(stored: CounterState | undefined, now: number, window: number): Loaded;
+  /** undefined: the cost can never fit. */
+  fits(state: Loaded, limit: number, burst: number, need: number): boolean | undefined;
+  /** Returns remaining, reset and, when it consumed, the state to store and its lifetime. */
+  settle(
+    state: Loaded,
+    limit: number,
+    cost: number,
+    fits: boolean | undefined,
+    commit: boolean,
+  ): { remaining: number; reset: number; write?: CounterState; ttl?: number };
+}
+
+const SPLIT = 2 ** 20;
+
+export function productDifference(a: number, b: number, c: number, d: number): number {
+  const bh = Math.floor(b / SPLIT);
+  const bl = b % SPLIT;
+  const dh = Math.floor(d / SPLIT);
+  const dl = d % SPLIT;
+  return (a * bh - c * dh) * SPLIT + (a * bl - c * dl);
+}
+
+export function mulDiv(a: number, b: number, c: number): [quotient: number, rest: number] {
+  let q = Math.floor((a * b) / c);
+  let r = q < c ? productDifference(a, b, q, c) : productDifference(a, b, c, q);
+  while (r < 0) {
+    q -= 1;
+    r += c;
+  }
+  while (r >= c) {
+    q += 1;
+    r -= c;
+  }
+  return [q, r];
+}
+
+const ceilDiv = (a: number, b: number): number => Math.floor((a + b - 1) / b);
+
+function gcd(a: number, b: number): number {
+  while (b > 0) [a, b] = [b, a % b];
+  return a;
+}
+
+function loadWindow(stored: CounterState | undefined, now: number, window: number): Loaded {
+  if (stored?.t !== undefined && stored.t > now) now = stored.t;
+  const index = Math.floor(now / window);
+  let c = 0;
+  let p = 0;
+  if (stored?.w === index) {
+    c = stored.c ?? 0;
+    p = stored.p ?? 0;
+  } else if (stored?.w === index - 1) {
+    p = stored.c ?? 0;
+  }
+  return { ...EMPTY, now, window, index, e: now - index * window, c, p };
+}
+
+const EMPTY: Loaded = {
+  now: 0,
+  window: 0,
+  index: 0,
+  e: 0,
+  c: 0,
+  p: 0,
+  t: undefined,
+  k: 0,
+  s: 0,
+  scale: 0,
+  refill: 0,
+  full: 0,
+  tokens: 0,
+};
+
+const fixedWindow: AlgorithmImpl = {
+  load: loadWindow,
+  fits: (s, limit, _burst, need) => (need > limit ? undefined : s.c + need <= limit),
+  settle(s, limit, cost, _fits, commit) {
+    const reset = s.window - s.e;
+    let write: CounterState | undefined;
+    if (commit && cost > 0) {
+      s.c += cost;
+      write = { t: s.now, w: s.index, c: s.c };
+    }
+    return { remaining: Math.max(0, limit - s.c), reset, write, ttl: reset };
+  },
+};
+
+const slidingWindow: AlgorithmImpl = {
+  load: loadWindow,
+  fits(s, limit, _burst, need) {
+    if (need > limit) return undefined;
+    const spare = limit - s.c - need;
+    if (spare < 0) return false;
+    return productDifference(s.p, s.window - s.e, spare, s.window) <= 0;
+  },
+  settle(s, limit, cost, fits, commit) {
+    const W = s.window;
+    const e = s.e;
+    let write: CounterState | undefined;
+    if (commit && cost > 0) {
+      s.c += cost;
+      write = { t: s.now, w: s.index, c: s.c, p: s.p };
+    }
+    let [weighted, rest] = mulDiv(s.p, W - e, W);
+    if (rest > 0) weighted += 1;
+    const remaining = Math.max(0, limit - s.c - weighted);
+
+    const need = Math.max(cost, 1);
+    let reset: number;
+    if (fits === undefined) reset = -1;
+    else if (fits) reset = s.c > 0 ? 2 * W - e : W - e;
+    else if (s.c + need <= limit) reset = W - mulDiv(limit - s.c - need, W, s.p)[0] - e;
+    else reset = W - e + Math.max(0, W - mulDiv(limit - need, W, s.c)[0]);
+    return { remaining, reset, write, ttl: 2 * W - e };
+  },
+};
+
+const tokenBucket: AlgorithmImpl = {
+  load(stored, now, window) {
+    const t = stored?.t;
+    if (t !== undefined && t > now) now = t;
+    return { ...EMPTY, now, window, t, k: stored?.k ?? 0, s: stored?.s ?? 0 };
+  },
+  fits(st, limit, burst, need) {
+    const g = gcd(limit, st.window);
+    const scale = st.window / g;
+    const refill = limit / g;
+    const full = burst * scale;
+    let tokens = full;
+    if (st.t !== undefined) {
+      tokens = st.k;
+      if (st.s !== scale) tokens = Math.floor(tokens / st.s) * scale;
+      const missing = full - tokens;
+      if (missing <= 0 || (st.now - st.t) * refill >= missing) tokens = full;
+      else tokens = tokens + (st.now - st.t) * refill;
+    }
+    Object.assign(st, { scale, refill, full, tokens });
+    if (need > burst) return undefined;
+    return tokens >= need * scale;
+  },
+  settle(st, _limit, cost, fits, commit) {
+    let write: CounterState | undefined;
+    if (commit && cost > 0) {
+      st.tokens -= cost * st.scale;
+      write = { t: st.now, k: st.tokens, s: st.scale };
+    }
+    let reset: number;
+    if (fits === undefined) reset = -1;
+    else if (fits) reset = ceilDiv(st.full - st.tokens, st.refill);
+    else reset = ceilDiv(Math.max(cost, 1) * st.scale - st.tokens, st.refill);
+    const ttl = write ? ceilDiv(st.full - st.tokens, st.refill) : 0;
+    return { remaining: Math.floor(st.tokens / st.scale), reset, write, ttl };
+  },
+};
+
+export const ALGORITHM_IMPLS: Readonly<Record<Algorithm, AlgorithmImpl>> = {
+  fixed_window: fixedWindow,
+  sliding_window: slidingWindow,
+  token_bucket: tokenBucket,
+};

@@ -1,0 +1,85 @@
+import type { CounterCheck, Store, StoreDecision } from './Store.js';
+import { ALGORITHM_IMPLS, type CounterState, type Loaded } from './algorithms.js';
+
+/**
+ * A store for one process, with the same decisions as Redis: the algorithms mirror `lua/`.
+ * Used when REDIS_URL is unset. Counters expire as in Redis, and a sweep drops expired ones, so
+ * memory holds only live counters.
+ */
+export interface MemoryStoreOptions {
+  /** The store's clock when the caller passes no time (CLOCK=redis). */
+  clock?: () => number;
+  /** How often expired counters are dropped. */
+  sweepIntervalMs?: number;
+}
+
+interface Slot {
+  state: CounterState;
+  expiresAt: number;
+}
+
+export function createMemoryStore(options: MemoryStoreOptions = {}): Store & { size(): number } {
+  const clock = options.clock ?? Date.now;
+  const counters = new Map<string, Slot>();
+
+  const sweep = setInterval(() => {
+    const now = clock();
+    for (const [key, slot] of counters) if (slot.expiresAt <= now) counters.delete(key);
+  }, options.sweepIntervalMs ?? 10_000);
+  sweep.unref();
+
+  function read(key: string, now: number): CounterState | undefined {
+    const slot = counters.get(key);
+    if (slot === undefined) return undefined;
+    if (slot.expiresAt <= now) {
+      counters.delete(key);
+      return undefined;
+    }
+    return slot.state;
+  }
+
+  return {
+    async decide(checks: readonly CounterCheck[], nowMs: number | undefined): Promise<StoreDecision> {
+      const now = nowMs ?? clock();
+      const states: Loaded[] = [];
+      const verdicts: (boolean | undefined)[] = [];
+      let allowed = true;
+      for (const check of checks) {
+        const algorithm = ALGORITHM_IMPLS[check.algorithm];
+        const state = algorithm.load(read(check.key, now), now, check.windowMs);
+        const fits = algorithm.fits(state, check.limit, check.burst, Math.max(check.cost, 1));
+        states.push(state);
+        verdicts.push(fits);
+        if (!fits) allowed = false;
+      }
+
+      const results = checks.map((check, i) => {
+        const state = states[i] as Loaded;
+        const fits = verdicts[i];
+        const settled = ALGORITHM_IMPLS[check.algorithm].settle(
+          state,
+          check.limit,
+          check.cost,
+          fits,
+          allowed,
+        );
+        if (settled.write) {
+          // Lifetimes count from the counter's own time, which never runs backwards.
+          const expiresAt = state.now + (settled.ttl ?? 0);
+          counters.set(check.key, { state: settled.write, expiresAt });
+        }
+        return { fits: fits === true, remaining: settled.remaining, resetMs: settled.reset };
+      });
+      return { allowed, results };
+    },
+
+    async ping() {},
+
+    async close() {
+      clearInterval(sweep);
+      counters.clear();
+    },
+
+    size: () => counters.size,
+  };
+}

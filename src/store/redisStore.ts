@@ -1,0 +1,115 @@
+import { Redis } from 'ioredis';
+import { StoreError } from '../errors.js';
+import type { RedisSettings } from '../settings.js';
+import type { CounterCheck, CounterResult, Store, StoreDecision } from './Store.js';
+import { ALGORITHM_CODES, loadDecisionScript } from './script.js';
+
+/**
+ * The Redis store: one EVALSHA of the decision script per request (see lua/dispatch.lua).
+ *
+ * ioredis's defaults suit a cache, not a limiter in a request's critical path: it would queue
+ * commands while disconnected and retry them, so a call could outlive Envoy's 20 ms deadline. Here
+ * nothing is queued or retried, every call is bounded by REDIS_TIMEOUT, and FAILURE_MODE decides
+ * what a failure answers. ioredis's script support sends EVALSHA and falls back to EVAL on
+ * NOSCRIPT by itself, so a restart or SCRIPT FLUSH costs no failed request.
+ */
+export interface RedisStoreOptions {
+  onError?: (error: StoreError) => void;
+}
+
+type DecideCommand = (...args: (string | number)[]) => Promise<number[]>;
+
+export function createRedisStore(settings: RedisSettings, options: RedisStoreOptions = {}): Store {
+  const redis = new Redis({
+    host: settings.host,
+    port: settings.port,
+    username: settings.username,
+    password: settings.password,
+    db: settings.db,
+    tls: settings.tls ? {} : undefined,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    commandTimeout: settings.timeoutMs,
+    connectTimeout: Math.max(1_000, settings.timeoutMs),
+    // Keep reconnecting, never faster than every 50 ms nor slower than every second.
+    retryStrategy: (attempt) => Math.min(50 * attempt, 1_000),
+  });
+  // ioredis reports connection trouble as events; the calls themselves fail fast meanwhile.
+  redis.on('error', (error: Error) => options.onError?.(classify(error)));
+  redis.defineCommand('tollgateDecide', { lua: loadDecisionScript() });
+  const decide = (redis as unknown as { tollgateDecide: DecideCommand }).tollgateDecide.bind(redis);
+
+  return {
+    async decide(checks: readonly CounterCheck[], nowMs: number | undefined): Promise<StoreDecision> {
+      const args: (string | number)[] = [checks.length];
+      for (const check of checks) args.push(check.key);
+      args.push(nowMs === undefined ? '' : nowMs);
+      for (const check of checks) {
+        args.push(
+          ALGORITHM_CODES[check.algorithm],
+          check.windowMs,
+          check.limit,
+          check.burst,
+          check.cost,
+        );
+      }
+      let reply: number[];
+      try {
+        reply = await decide(...args);
+      } catch (error) {
+        throw classify(error);
+      }
+      const results: CounterResult[] = [];
+      for (let i = 1; i < reply.length; i += 3) {
+        results.push({
+          fits: reply[i] === 1,
+          remaining: reply[i + 1] as number,
+          resetMs: reply[i + 2] as number,
+        });
+      }
+      return { allowed: reply[0] === 1, results };
+    },
+
+    async ping() {
+      try {
+        if (redis.status === 'connecting' || redis.status === 'connect') await ready(redis, 1_000);
+        await redis.ping();
+      } catch (error) {
+        throw classify(error);
+      }
+    },
+
+    async close() {
+      redis.disconnect();
+    },
+  };
+}
+
+/** Waits for a connection under way, so a probe right after start-up sees it. */
+function ready(redis: Redis, timeoutMs: number): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      redis.off('ready', done);
+      resolve();
+    };
+    const timer = setTimeout(done, timeoutMs);
+    redis.once('ready', done);
+  });
+}
+
+function classify(error: unknown): StoreError {
+  const message = error instanceof Error ? error.message : String(error);
+  const kind = /timed out/i.test(message)
+    ? 'timeout'
+    : /^OOM/.test(message)
+      ? 'out_of_memory'
+      : /^(BUSY|LOADING|MASTERDOWN|READONLY|TRYAGAIN|CLUSTERDOWN)/.test(message)
+        ? 'unavailable'
+        : /^(NOAUTH|WRONGPASS|NOPERM)/.test(message)
+          ? 'auth'
+          : /^ERR/.test(message)
+            ? 'script'
+            : 'connection';
+  return new StoreError(`redis: ${message}`, kind, { cause: error });
+}

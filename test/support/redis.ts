@@ -1,0 +1,133 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+import { Redis } from 'ioredis';
+
+/**
+ * A real Redis for integration tests: a `redis-server` spawned on a free port when the binary
+ * exists, otherwise a testcontainers container when a Docker engine exists. With neither, tests
+ * fail and say how to get one; they never skip silently.
+ */
+export interface TestRedis {
+  host: string;
+  port: number;
+  url: string;
+  /** A plain client for assertions (not the one under test). */
+  client: Redis;
+  /** Kills the server (SIGKILL), as a crash would. */
+  kill(): Promise<void>;
+  /** Starts it again on the same port, empty. */
+  restart(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
+    });
+  });
+}
+
+function hasRedisServer(): boolean {
+  return spawnSync('redis-server', ['--version']).status === 0;
+}
+
+export async function startRedis(): Promise<TestRedis> {
+  if (hasRedisServer()) return spawnRedis();
+  return containerRedis();
+}
+
+async function spawnRedis(): Promise<TestRedis> {
+  const port = await freePort();
+  let child: ChildProcess | undefined;
+
+  const launch = async () => {
+    child = spawn(
+      'redis-server',
+      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'].concat(
+        ['--enable-debug-command', 'yes', '--daemonize', 'no', '--logfile', ''],
+      ),
+      { stdio: 'ignore' },
+    );
+    await waitForPing(port);
+  };
+  const kill = async () => {
+    const dying = child;
+    if (!dying || dying.exitCode !== null) return;
+    await new Promise<void>((resolve) => {
+      dying.once('exit', () => resolve());
+      dying.kill('SIGKILL');
+    });
+  };
+
+  await launch();
+  const client = new Redis({ port, host: '127.0.0.1', lazyConnect: false, maxRetriesPerRequest: 1 });
+  client.on('error', () => {});
+  return {
+    host: '127.0.0.1',
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    client,
+    kill,
+    restart: async () => {
+      await kill();
+      await launch();
+    },
+    stop: async () => {
+      client.disconnect();
+      await kill();
+    },
+  };
+}
+
+async function waitForPing(port: number): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const probe = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null });
+    probe.on('error', () => {});
+    try {
+      await probe.connect();
+      await probe.ping();
+      return;
+    } catch (error) {
+      if (Date.now() > deadline) throw new Error(`redis-server on port ${port} did not start: ${error}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    } finally {
+      probe.disconnect();
+    }
+  }
+}
+
+async function containerRedis(): Promise<TestRedis> {
+  let container;
+  try {
+    const { RedisContainer } = await import('@testcontainers/redis');
+    container = await new RedisContainer('redis:7-alpine').start();
+  } catch (error) {
+    throw new Error(
+      'Integration tests need Redis: install redis-server (Debian: apt-get install -y redis-server) ' +
+        `or run a Docker engine for testcontainers. Docker failed with: ${error}`,
+    );
+  }
+  const started = container;
+  const client = new Redis({ host: started.getHost(), port: started.getPort() });
+  return {
+    host: started.getHost(),
+    port: started.getPort(),
+    url: started.getConnectionUrl(),
+    client,
+    kill: async () => {
+      await started.stop();
+    },
+    restart: async () => {
+      await started.restart();
+    },
+    stop: async () => {
+      client.disconnect();
+      await started.stop();
+    },
+  };
+}
