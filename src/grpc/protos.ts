@@ -1,0 +1,107 @@
+/**
+ * Envoy's RLS v3 protos, loaded from the repository's `proto/` directory. `packageDefinition`
+ * serves reflection and generic clients; `loadProtoRoot` gives the protobufjs roots that the
+ * codec uses on the hot path.
+ */
+import { fileURLToPath } from 'node:url';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import protobuf from 'protobufjs';
+
+/** src/grpc/ and dist/grpc/ both sit two levels below the repository root, beside proto/. */
+export const protoDir = fileURLToPath(new URL('../../proto/', import.meta.url));
+export const rlsProtoFile = 'envoy/service/ratelimit/v3/rls.proto';
+export const rlsServiceName = 'envoy.service.ratelimit.v3.RateLimitService';
+
+// google/protobuf/*.proto resolve to protobufjs' bundled copies before any include path is tried.
+export const packageDefinition: protoLoader.PackageDefinition = protoLoader.loadSync(rlsProtoFile, {
+  keepCase: true,
+  longs: String,
+  enums: String,
+  defaults: false,
+  oneofs: true,
+  includeDirs: [protoDir],
+});
+
+export const rlsService = packageDefinition[rlsServiceName] as protoLoader.ServiceDefinition;
+const method = rlsService.ShouldRateLimit;
+if (!method) throw new Error(`${rlsProtoFile} has no ${rlsServiceName}/ShouldRateLimit`);
+/** ShouldRateLimit's path and proto-loader (de)serializers, for overriding one side of them. */
+export const shouldRateLimitMethod = method;
+
+/**
+ * A protobufjs root of the RLS protos with wire field names. With `bytes`, the request's domain
+ * and entry keys and values are declared `bytes`, which has the same wire form as `string` but
+ * keeps invalid UTF-8 visible instead of replacing it.
+ */
+export function loadProtoRoot(variant: 'strings' | 'bytes' = 'strings'): protobuf.Root {
+  const root = new protobuf.Root();
+  root.resolvePath = (_origin, target) => `${protoDir}${target}`;
+  root.loadSync(rlsProtoFile, { keepCase: true });
+  if (variant === 'bytes') {
+    redeclareAsBytes(root.lookupType('envoy.service.ratelimit.v3.RateLimitRequest'), ['domain']);
+    redeclareAsBytes(
+      root.lookupType('envoy.extensions.common.ratelimit.v3.RateLimitDescriptor.Entry'),
+      ['key', 'value'],
+    );
+  }
+  root.resolveAll();
+  return root;
+}
+
+function redeclareAsBytes(type: protobuf.Type, names: string[]): void {
+  for (const name of names) {
+    const field = type.fields[name];
+    if (!field) throw new Error(`${type.fullName} has no field ${name}`);
+    type.remove(field);
+    type.add(new protobuf.Field(name, field.id, 'bytes'));
+  }
+}
+
+/** The request as proto-loader objects spell it: wire names, enums as strings, longs as strings. */
+export interface RateLimitRequestObject {
+  domain?: string;
+  descriptors?: {
+    entries?: { key?: string; value?: string }[];
+    limit?: { requests_per_unit?: number; unit?: string | number };
+    hits_addend?: { value?: string | number };
+  }[];
+  hits_addend?: number;
+}
+
+export interface RateLimitResponseObject {
+  overall_code?: 'UNKNOWN' | 'OK' | 'OVER_LIMIT';
+  statuses?: {
+    code?: 'UNKNOWN' | 'OK' | 'OVER_LIMIT';
+    current_limit?: { requests_per_unit?: number; unit?: string; name?: string };
+    limit_remaining?: number;
+    duration_until_reset?: { seconds?: string; nanos?: number };
+  }[];
+  response_headers_to_add?: { key?: string; value?: string }[];
+}
+
+export interface RateLimitClient extends grpc.Client {
+  ShouldRateLimit(
+    request: RateLimitRequestObject,
+    callback: grpc.requestCallback<RateLimitResponseObject>,
+  ): grpc.ClientUnaryCall;
+  ShouldRateLimit(
+    request: RateLimitRequestObject,
+    metadata: grpc.Metadata,
+    options: grpc.CallOptions,
+    callback: grpc.requestCallback<RateLimitResponseObject>,
+  ): grpc.ClientUnaryCall;
+}
+
+const RateLimitClientConstructor = grpc.makeGenericClientConstructor(
+  rlsService as grpc.ServiceDefinition,
+  'RateLimitService',
+);
+
+/** A grpc-js client of the RLS service, for tests and tools. Insecure unless told otherwise. */
+export function createRateLimitClient(
+  address: string,
+  credentials: grpc.ChannelCredentials = grpc.credentials.createInsecure(),
+): RateLimitClient {
+  return new RateLimitClientConstructor(address, credentials) as unknown as RateLimitClient;
+}

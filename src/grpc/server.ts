@@ -1,0 +1,125 @@
+/**
+ * The gRPC server: Envoy's RLS as a thin adapter over `decide`, plus grpc.health.v1 and server
+ * reflection (so grpcurl and ghz need no proto file). The core knows nothing of gRPC.
+ */
+import * as grpc from '@grpc/grpc-js';
+import { ReflectionService } from '@grpc/reflection';
+import { HealthImplementation } from 'grpc-health-check';
+import type { Check, Decision } from '../check.js';
+import {
+  createRequestDecoder,
+  encodeResponse,
+  type DecodedRequest,
+  type RequestLimits,
+  type ResponseHeader,
+} from './codec.js';
+import { packageDefinition, rlsServiceName, shouldRateLimitMethod } from './protos.js';
+import { toGrpcStatus } from './status.js';
+
+/** A decision, with the headers to add to the downstream response. */
+export type Reply = Decision & { headers?: readonly ResponseHeader[] };
+
+export interface GrpcServerOptions {
+  /** Decides a valid check. May reject with InvalidRequestError or StoreError. */
+  decide(check: Check): Promise<Reply>;
+  limits: RequestLimits;
+  /** Told of each error answered INTERNAL, i.e. a bug, for the caller to log. */
+  onInternalError?(error: unknown): void;
+  /** grpc-js server options, e.g. message size limits or keepalive. */
+  serverOptions?: grpc.ServerOptions;
+}
+
+export interface GrpcServer {
+  /**
+   * Binds TCP host:port (port 0 picks a free one) and resolves with the bound port. Without a
+   * port, host is a whole grpc-js address, e.g. `unix:/run/tollgate.sock` (which resolves 0).
+   */
+  listen(host: string, port?: number): Promise<number>;
+  /** Flips health of "" and the RLS service between SERVING and NOT_SERVING. */
+  setServing(serving: boolean): void;
+  /** Lets calls in flight finish for up to graceMs, then cancels the rest. */
+  shutdown(graceMs: number): Promise<void>;
+}
+
+const healthServices = ['', rlsServiceName];
+
+export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
+  const server = new grpc.Server(options.serverOptions);
+  const health = new HealthImplementation();
+  const setServing = (serving: boolean): void => {
+    for (const name of healthServices) health.setStatus(name, serving ? 'SERVING' : 'NOT_SERVING');
+  };
+  setServing(true);
+
+  const fail = (callback: grpc.sendUnaryData<Buffer>, error: unknown): void => {
+    const status = toGrpcStatus(error);
+    if (status.code === grpc.status.INTERNAL) options.onInternalError?.(error);
+    callback(status);
+  };
+
+  // The handler encodes the reply itself so that an encoding failure still goes through
+  // toGrpcStatus; grpc-js would turn a throwing serializer into a bare INTERNAL.
+  const shouldRateLimit: grpc.handleUnaryCall<DecodedRequest, Buffer> = (call, callback) => {
+    const request = call.request;
+    if (!request.ok) return fail(callback, request.error);
+    let reply: Promise<Reply>;
+    try {
+      reply = options.decide(request.check);
+    } catch (error) {
+      return fail(callback, error);
+    }
+    reply.then(
+      (decided) => {
+        let bytes: Buffer;
+        try {
+          bytes = encodeResponse(decided, decided.headers);
+        } catch (error) {
+          return fail(callback, error);
+        }
+        callback(null, bytes);
+      },
+      (error: unknown) => fail(callback, error),
+    );
+  };
+
+  server.addService(
+    {
+      ShouldRateLimit: {
+        ...shouldRateLimitMethod,
+        // A bad request decodes to a value, not a throw: grpc-js answers a throw with INTERNAL.
+        requestDeserialize: createRequestDecoder(options.limits),
+        responseSerialize: (bytes: Buffer) => bytes,
+      },
+    },
+    { ShouldRateLimit: shouldRateLimit },
+  );
+  health.addToServer(server);
+  new ReflectionService(packageDefinition).addToServer(server);
+
+  const listen = (host: string, port?: number): Promise<number> => {
+    const bare = host.includes(':') && !host.startsWith('['); // an IPv6 literal needs brackets
+    const address = port === undefined ? host : `${bare ? `[${host}]` : host}:${port}`;
+    return new Promise((resolve, reject) => {
+      server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (error, bound) =>
+        error ? reject(error) : resolve(address.startsWith('unix:') ? 0 : bound),
+      );
+    });
+  };
+
+  return {
+    listen,
+    setServing,
+    shutdown: (graceMs) =>
+      new Promise((resolve) => {
+        setServing(false);
+        const timer = setTimeout(() => {
+          server.forceShutdown();
+          resolve();
+        }, graceMs);
+        server.tryShutdown(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      }),
+  };
+}

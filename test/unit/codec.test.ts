@@ -1,0 +1,269 @@
+import { describe, it, expect } from 'vitest';
+import protobuf from 'protobufjs';
+import type { Decision } from '../../src/check.js';
+import { createRequestDecoder, encodeResponse, type DecodedRequest } from '../../src/grpc/codec.js';
+import { loadProtoRoot } from '../../src/grpc/protos.js';
+
+const strings = loadProtoRoot('strings');
+const bytesRoot = loadProtoRoot('bytes');
+const RequestType = strings.lookupType('envoy.service.ratelimit.v3.RateLimitRequest');
+const BytesRequestType = bytesRoot.lookupType('envoy.service.ratelimit.v3.RateLimitRequest');
+const ResponseType = strings.lookupType('envoy.service.ratelimit.v3.RateLimitResponse');
+const decode = createRequestDecoder({ maxDescriptors: 64, maxEntries: 16, maxEntryBytes: 1024 });
+
+const encode = (request: object): Buffer =>
+  Buffer.from(RequestType.encode(RequestType.fromObject(request)).finish());
+const entry = (key: string, value: string) => ({ key, value });
+const descriptors = (n: number, entries = [entry('k', 'v')]) =>
+  Array.from({ length: n }, () => ({ entries }));
+
+function check(request: object | Buffer) {
+  const decoded = decode(Buffer.isBuffer(request) ? request : encode(request));
+  if (!decoded.ok) throw decoded.error;
+  return decoded.check;
+}
+function rejection(request: object | Buffer): string {
+  const decoded: DecodedRequest = decode(Buffer.isBuffer(request) ? request : encode(request));
+  expect(decoded.ok).toBe(false);
+  return decoded.ok ? '' : `${decoded.error.name}: ${decoded.error.message}`;
+}
+
+describe('decoding a request', () => {
+  it('produces the check with entries, a limit override and costs', () => {
+    const request = {
+      domain: 'api',
+      hits_addend: 3,
+      descriptors: [
+        { entries: [entry('tenant', 'acme'), entry('route', '/orders')] },
+        { entries: [entry('k', '')], limit: { requests_per_unit: 5, unit: 'MINUTE' } },
+        { entries: [entry('ü', 'ß')], hits_addend: { value: 7 } },
+      ],
+    };
+    expect(check(request)).toEqual({
+      domain: 'api',
+      hitsAddend: 3,
+      descriptors: [
+        { entries: [entry('tenant', 'acme'), entry('route', '/orders')] },
+        { entries: [entry('k', '')], limit: { requestsPerUnit: 5, unit: 'minute' } },
+        { entries: [entry('ü', 'ß')], hitsAddend: 7n },
+      ],
+    });
+  });
+
+  it('keeps hits_addend exact at the 32-bit and 64-bit maxima, 0 as 0n and absence as undefined', () => {
+    const result = check({
+      domain: 'api',
+      hits_addend: 4294967295,
+      descriptors: [
+        { entries: [entry('a', '1')], hits_addend: { value: '18446744073709551615' } },
+        { entries: [entry('a', '2')], hits_addend: { value: '9007199254740993' } },
+        { entries: [entry('a', '3')], hits_addend: { value: 0 } },
+        { entries: [entry('a', '4')] },
+      ],
+    });
+    expect(result.hitsAddend).toBe(4294967295);
+    expect(result.descriptors.map((d) => d.hitsAddend)).toEqual([
+      18446744073709551615n,
+      9007199254740993n,
+      0n,
+      undefined,
+    ]);
+    expect(check({ domain: 'api', descriptors: descriptors(1) }).hitsAddend).toBe(0);
+
+    // An explicit 0 as encoders send it: a present wrapper with its value left out.
+    const writer = protobuf.Writer.create();
+    writer.uint32((1 << 3) | 2).string('api');
+    writer.uint32((2 << 3) | 2).fork();
+    writer
+      .uint32((1 << 3) | 2)
+      .fork()
+      .uint32((1 << 3) | 2)
+      .string('k')
+      .ldelim();
+    writer
+      .uint32((3 << 3) | 2)
+      .fork()
+      .ldelim();
+    writer.ldelim();
+    expect(check(Buffer.from(writer.finish())).descriptors[0]?.hitsAddend).toBe(0n);
+  });
+
+  it('maps every override unit', () => {
+    const units = ['SECOND', 'MINUTE', 'HOUR', 'DAY', 'MONTH', 'YEAR'];
+    const result = check({
+      domain: 'api',
+      descriptors: units.map((unit) => ({
+        entries: [entry('k', unit)],
+        limit: { requests_per_unit: 1, unit },
+      })),
+    });
+    expect(result.descriptors.map((d) => d.limit?.unit)).toEqual([
+      'second',
+      'minute',
+      'hour',
+      'day',
+      'month',
+      'year',
+    ]);
+  });
+
+  it('names each fault of a malformed request', () => {
+    const ok = [entry('k', 'v')];
+    expect(rejection({ domain: '', descriptors: descriptors(1) })).toBe(
+      'InvalidRequestError: domain is empty',
+    );
+    // proto3 encoders such as Envoy's leave empty strings out, so absence must read as empty.
+    const absent = (field: number) => {
+      const writer = protobuf.Writer.create();
+      if (field !== 1) writer.uint32((1 << 3) | 2).string('api');
+      writer.uint32((2 << 3) | 2).fork();
+      writer.uint32((1 << 3) | 2).fork();
+      if (field !== 2) writer.uint32((1 << 3) | 2).string('k');
+      return Buffer.from(writer.ldelim().ldelim().finish());
+    };
+    expect(rejection(absent(1))).toMatch(/: domain is empty$/);
+    expect(rejection(absent(2))).toMatch(/: descriptors\[0\]\.entries\[0\]\.key is empty$/);
+    expect(check(absent(0)).descriptors).toEqual([{ entries: [entry('k', '')] }]);
+    expect(rejection(Buffer.alloc(0))).toMatch(/: domain is empty$/);
+    expect(rejection({ domain: 'api' })).toMatch(/: no descriptors$/);
+    expect(
+      rejection({
+        domain: 'api',
+        descriptors: [{ entries: ok }, { entries: ok }, { entries: [] }],
+      }),
+    ).toMatch(/: descriptors\[2\] has no entries$/);
+    expect(
+      rejection({ domain: 'api', descriptors: [{ entries: [...ok, entry('', 'v')] }] }),
+    ).toMatch(/: descriptors\[0\]\.entries\[1\]\.key is empty$/);
+    const overridden = descriptors(4);
+    overridden[3] = { entries: ok, limit: { requests_per_unit: 1, unit: 'UNKNOWN' } } as never;
+    expect(rejection({ domain: 'api', descriptors: overridden })).toMatch(
+      /: descriptors\[3\]\.limit\.unit is UNKNOWN$/,
+    );
+  });
+
+  it('rejects key, value or domain bytes that are not valid UTF-8', () => {
+    const bad = Buffer.from([0x61, 0xff, 0xfe]);
+    const bytes = (domain: Buffer, key: Buffer, value: Buffer) =>
+      Buffer.from(
+        BytesRequestType.encode({ domain, descriptors: [{ entries: [{ key, value }] }] }).finish(),
+      );
+    const good = Buffer.from('ok');
+    expect(rejection(bytes(good, good, bad))).toMatch(
+      /: descriptors\[0\]\.entries\[0\]\.value is not valid UTF-8$/,
+    );
+    expect(rejection(bytes(good, bad, good))).toMatch(/entries\[0\]\.key is not valid UTF-8$/);
+    expect(rejection(bytes(bad, good, good))).toMatch(/: domain is not valid UTF-8$/);
+
+    // The same request built field by field, as a client that sends raw bytes would.
+    const writer = protobuf.Writer.create();
+    writer.uint32((1 << 3) | 2).string('api');
+    writer.uint32((2 << 3) | 2).fork();
+    writer.uint32((1 << 3) | 2).fork();
+    writer.uint32((1 << 3) | 2).string('k');
+    writer.uint32((2 << 3) | 2).bytes(Buffer.from([0xc3, 0x28]));
+    writer.ldelim().ldelim();
+    expect(rejection(Buffer.from(writer.finish()))).toMatch(/value is not valid UTF-8$/);
+  });
+
+  it('accepts requests at the bounds and rejects them one over', () => {
+    const at = {
+      domain: 'd'.repeat(1024),
+      descriptors: [
+        ...descriptors(63),
+        { entries: Array.from({ length: 16 }, () => entry('k'.repeat(1024), 'v'.repeat(1024))) },
+      ],
+    };
+    expect(check(at).descriptors).toHaveLength(64);
+    expect(rejection({ domain: 'api', descriptors: descriptors(65) })).toMatch(
+      /: 65 descriptors exceed MAX_DESCRIPTORS \(64\)$/,
+    );
+    expect(
+      rejection({ domain: 'api', descriptors: descriptors(1, Array(17).fill(entry('k', 'v'))) }),
+    ).toMatch(/: descriptors\[0\] has 17 entries, over MAX_ENTRIES \(16\)$/);
+    expect(
+      rejection({ domain: 'api', descriptors: descriptors(1, [entry('k', 'v'.repeat(2000))]) }),
+    ).toMatch(
+      /: descriptors\[0\]\.entries\[0\]\.value is 2000 bytes, over MAX_ENTRY_BYTES \(1024\)$/,
+    );
+    expect(
+      rejection({ domain: 'api', descriptors: descriptors(1, [entry('k'.repeat(1025), 'v')]) }),
+    ).toMatch(/entries\[0\]\.key is 1025 bytes, over MAX_ENTRY_BYTES \(1024\)$/);
+    expect(rejection({ domain: 'd'.repeat(2000), descriptors: descriptors(1) })).toMatch(
+      /: domain is 2000 bytes, over MAX_ENTRY_BYTES \(1024\)$/,
+    );
+  });
+
+  it('rejects 100,000 descriptors (1 MB) at a fraction of the cost of decoding them', () => {
+    const request = encode({ domain: 'api', descriptors: descriptors(100_000) });
+    const time = (run: () => unknown) => {
+      run(); // warm up
+      const started = performance.now();
+      run();
+      return performance.now() - started;
+    };
+    expect(rejection(request)).toMatch(/: 100000 descriptors exceed MAX_DESCRIPTORS \(64\)$/);
+    expect(time(() => decode(request))).toBeLessThan(
+      time(() => BytesRequestType.decode(request)) / 3,
+    );
+  });
+
+  it('answers malformed protobuf as an invalid request', () => {
+    const truncated = encode({ domain: 'api', descriptors: descriptors(2) }).subarray(0, 9);
+    expect(rejection(truncated)).toMatch(/^InvalidRequestError: malformed request: /);
+    expect(rejection(Buffer.from([0x0f]))).toMatch(/malformed request: /); // wire type 7
+    expect(rejection(Buffer.from([0x10, 0x01]))).toMatch(/malformed request: invalid tag/); // domain as varint
+    expect(rejection(Buffer.from([0x12, 0x02, 0x08, 0x01]))).toMatch(/malformed request: /);
+  });
+});
+
+describe('encoding a response', () => {
+  const decodeResponse = (bytes: Buffer) =>
+    ResponseType.toObject(ResponseType.decode(bytes), { enums: String, longs: String });
+
+  it('writes the decision with limits, remaining, durations and headers', () => {
+    const decision: Decision = {
+      code: 'OVER_LIMIT',
+      statuses: [
+        {
+          code: 'OVER_LIMIT',
+          currentLimit: { requestsPerUnit: 10, unit: 'week', name: 'weekly' },
+          limitRemaining: 0,
+          durationUntilResetMs: 90_061_250,
+        },
+        {
+          code: 'OK',
+          currentLimit: { requestsPerUnit: 5, unit: 'unknown', name: '30s' },
+          limitRemaining: 4,
+          durationUntilResetMs: 999,
+        },
+        { code: 'OK', limitRemaining: 4294967295 },
+      ],
+    };
+    const headers = [{ key: 'Retry-After', value: '90062' }];
+    expect(decodeResponse(encodeResponse(decision, headers))).toEqual({
+      overall_code: 'OVER_LIMIT',
+      statuses: [
+        {
+          code: 'OVER_LIMIT',
+          current_limit: { requests_per_unit: 10, unit: 'WEEK', name: 'weekly' },
+          limit_remaining: 0,
+          duration_until_reset: { seconds: '90061', nanos: 250_000_000 },
+        },
+        {
+          code: 'OK',
+          current_limit: { requests_per_unit: 5, unit: 'UNKNOWN', name: '30s' },
+          limit_remaining: 4,
+          duration_until_reset: { seconds: '0', nanos: 999_000_000 },
+        },
+        { code: 'OK', limit_remaining: 4294967295 },
+      ],
+      response_headers_to_add: headers,
+    });
+  });
+
+  it('never encodes an overall_code of UNKNOWN', () => {
+    const bogus = { code: 'UNKNOWN', statuses: [] } as unknown as Decision;
+    expect(() => encodeResponse(bogus)).toThrow(/cannot encode decision code UNKNOWN/);
+  });
+});
