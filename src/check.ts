@@ -35,14 +35,7 @@ export type Code = 'OK' | 'OVER_LIMIT';
 
 /** Units reported back in `current_limit`; `unknown` marks a window that is not one whole unit. */
 export type ReportedUnit =
-  | 'unknown'
-  | 'second'
-  | 'minute'
-  | 'hour'
-  | 'day'
-  | 'week'
-  | 'month'
-  | 'year';
+  'unknown' | 'second' | 'minute' | 'hour' | 'day' | 'week' | 'month' | 'year';
 
 export interface CurrentLimit {
   requestsPerUnit: number;

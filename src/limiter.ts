@@ -9,7 +9,7 @@ import type {
 import { formatDuration } from './duration.js';
 import { InvalidRequestError, StoreError } from './errors.js';
 import { counterKey } from './keys.js';
-import { checkTokenBucketExact } from './rules/loadRules.js';
+import { checkTokenBucketExact } from './rules/tokenBucket.js';
 import { matchRule } from './rules/match.js';
 import { UNIT_SECONDS, type Algorithm, type Limit, type RuleSet } from './rules/types.js';
 import type { FailureMode } from './settings.js';
@@ -157,7 +157,8 @@ function overrideLimit(
   const limit = override.requestsPerUnit;
   if (algorithm === 'token_bucket') {
     const reason = checkTokenBucketExact(limit, windowMs, limit);
-    if (reason !== undefined) throw new InvalidRequestError(`descriptors[${index}].limit: ${reason}`);
+    if (reason !== undefined)
+      throw new InvalidRequestError(`descriptors[${index}].limit: ${reason}`);
   }
   return {
     requestsPerUnit: limit,

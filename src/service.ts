@@ -32,7 +32,10 @@ export function createService(options: ServiceOptions): Service {
   const clock = options.clock ?? Date.now;
   const logger = options.logger ?? createLogger(settings);
   const rules = loadRules(settings.configPath, { defaultAlgorithm: settings.defaultAlgorithm });
-  logger.info({ configPath: settings.configPath, domains: [...rules.domains.keys()] }, 'rules loaded');
+  logger.info(
+    { configPath: settings.configPath, domains: [...rules.domains.keys()] },
+    'rules loaded',
+  );
 
   let storeHealthy = true;
   let draining = false;
@@ -55,6 +58,7 @@ export function createService(options: ServiceOptions): Service {
 
   const server = createGrpcServer({
     decide: (check) => limiter.decide(check),
+    onInternalError: (error) => logger.error({ err: error }, 'internal error answering a check'),
     limits: {
       maxDescriptors: settings.maxDescriptors,
       maxEntries: settings.maxEntries,
@@ -65,7 +69,8 @@ export function createService(options: ServiceOptions): Service {
   // With FAILURE_MODE=error an unreachable store means every check fails, so health says so and
   // Envoy's health checking can route around this instance. With allow or deny, the service still
   // gives its configured answer and stays SERVING.
-  const updateHealth = () => server.setServing(!draining && (storeHealthy || settings.failureMode !== 'error'));
+  const updateHealth = () =>
+    server.setServing(!draining && (storeHealthy || settings.failureMode !== 'error'));
   const probe = async () => {
     const healthy = await store.ping().then(
       () => true,
@@ -88,7 +93,7 @@ export function createService(options: ServiceOptions): Service {
       updateHealth();
       const grpcPort = settings.grpcUds
         ? await server.listen(`unix:${settings.grpcUds}`)
-        : await server.listen(`${settings.grpcHost}:${settings.grpcPort}`);
+        : await server.listen(settings.grpcHost, settings.grpcPort);
       logger.info({ grpc: settings.grpcUds ?? `${settings.grpcHost}:${grpcPort}` }, 'listening');
       return { grpcPort };
     },

@@ -55,7 +55,11 @@ export function readSettings(env: Env = process.env): Settings {
   const configPath = env.CONFIG_PATH
     ? env.CONFIG_PATH
     : env.RUNTIME_ROOT
-      ? join(env.RUNTIME_ROOT, get('RUNTIME_SUBDIRECTORY', ''), get('RUNTIME_APPDIRECTORY', 'config'))
+      ? join(
+          env.RUNTIME_ROOT,
+          get('RUNTIME_SUBDIRECTORY', ''),
+          get('RUNTIME_APPDIRECTORY', 'config'),
+        )
       : BUNDLED_RULES;
 
   const settings: Settings = {
@@ -85,7 +89,9 @@ export function readSettings(env: Env = process.env): Settings {
   };
 
   if (/[{}]/.test(settings.cacheKeyPrefix)) {
-    throw new SettingsError('CACHE_KEY_PREFIX: may not contain { or }, which Redis reads as a hash tag');
+    throw new SettingsError(
+      'CACHE_KEY_PREFIX: may not contain { or }, which Redis reads as a hash tag',
+    );
   }
   if (settings.workers > 1 && !settings.redis) {
     throw new SettingsError('WORKERS: more than 1 needs REDIS_URL, since workers share no memory');
@@ -108,7 +114,9 @@ function readRedis(env: Env, url: string): RedisSettings {
   try {
     parsed = new URL(withScheme);
   } catch {
-    throw new SettingsError(`REDIS_URL: '${url}' is not redis://[user:pass@]host:port[/db] or host:port`);
+    throw new SettingsError(
+      `REDIS_URL: '${url}' is not redis://[user:pass@]host:port[/db] or host:port`,
+    );
   }
   if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') {
     throw new SettingsError(`REDIS_URL: scheme '${parsed.protocol}' is not redis: or rediss:`);
@@ -177,7 +185,9 @@ function duration(env: Env, name: string, fallback: string): number {
   try {
     ms = parseGoDuration(text);
   } catch (error) {
-    throw new SettingsError(`${name}: '${text}' is not a duration such as 15ms or 1s (${(error as Error).message})`);
+    throw new SettingsError(
+      `${name}: '${text}' is not a duration such as 15ms or 1s (${(error as Error).message})`,
+    );
   }
   if (ms < 1) throw new SettingsError(`${name}: '${text}' must be at least 1ms`);
   return Math.ceil(ms);

@@ -138,8 +138,8 @@ const slidingWindow: AlgorithmImpl = {
       s.c += cost;
       write = { t: s.now, w: s.index, c: s.c, p: s.p };
     }
-    let [weighted, rest] = mulDiv(s.p, W - e, W);
-    if (rest > 0) weighted += 1;
+    const [floor, rest] = mulDiv(s.p, W - e, W);
+    const weighted = rest > 0 ? floor + 1 : floor;
     const remaining = Math.max(0, limit - s.c - weighted);
 
     const need = Math.max(cost, 1);

@@ -39,7 +39,10 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store & { s
   }
 
   return {
-    async decide(checks: readonly CounterCheck[], nowMs: number | undefined): Promise<StoreDecision> {
+    async decide(
+      checks: readonly CounterCheck[],
+      nowMs: number | undefined,
+    ): Promise<StoreDecision> {
       const now = nowMs ?? clock();
       const states: Loaded[] = [];
       const verdicts: (boolean | undefined)[] = [];

@@ -40,7 +40,10 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
   const decide = (redis as unknown as { tollgateDecide: DecideCommand }).tollgateDecide.bind(redis);
 
   return {
-    async decide(checks: readonly CounterCheck[], nowMs: number | undefined): Promise<StoreDecision> {
+    async decide(
+      checks: readonly CounterCheck[],
+      nowMs: number | undefined,
+    ): Promise<StoreDecision> {
       const args: (string | number)[] = [checks.length];
       for (const check of checks) args.push(check.key);
       args.push(nowMs === undefined ? '' : nowMs);

@@ -2,7 +2,13 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 /** The order matters: helpers, then the algorithms that register themselves, then the dispatcher. */
-const PARTS = ['lib.lua', 'fixed_window.lua', 'sliding_window.lua', 'token_bucket.lua', 'dispatch.lua'];
+const PARTS = [
+  'lib.lua',
+  'fixed_window.lua',
+  'sliding_window.lua',
+  'token_bucket.lua',
+  'dispatch.lua',
+];
 
 /** Joins `lua/` into the one decision script, so every request is one EVALSHA of one SHA. */
 export function loadDecisionScript(): string {

@@ -72,7 +72,10 @@ describe('the in-memory store and Redis', () => {
                   algorithm: spec.algorithm,
                   windowMs: spec.windowMs,
                   limit: spec.limit,
-                  burst: spec.algorithm === 'token_bucket' && burst * spec.windowMs > 2 ** 52 ? spec.limit : burst,
+                  burst:
+                    spec.algorithm === 'token_bucket' && burst * spec.windowMs > 2 ** 52
+                      ? spec.limit
+                      : burst,
                   cost,
                 };
               });

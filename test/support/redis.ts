@@ -47,16 +47,21 @@ async function spawnRedis(): Promise<TestRedis> {
   const launch = async () => {
     child = spawn(
       'redis-server',
-      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'].concat(
-        ['--enable-debug-command', 'yes', '--daemonize', 'no', '--logfile', ''],
-      ),
+      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'].concat([
+        '--enable-debug-command',
+        'yes',
+        '--daemonize',
+        'no',
+        '--logfile',
+        '',
+      ]),
       { stdio: 'ignore' },
     );
     await waitForPing(port);
   };
   const kill = async () => {
     const dying = child;
-    if (!dying || dying.exitCode !== null) return;
+    if (!dying || dying.exitCode !== null || dying.signalCode !== null) return;
     await new Promise<void>((resolve) => {
       dying.once('exit', () => resolve());
       dying.kill('SIGKILL');
@@ -64,7 +69,12 @@ async function spawnRedis(): Promise<TestRedis> {
   };
 
   await launch();
-  const client = new Redis({ port, host: '127.0.0.1', lazyConnect: false, maxRetriesPerRequest: 1 });
+  const client = new Redis({
+    port,
+    host: '127.0.0.1',
+    lazyConnect: false,
+    maxRetriesPerRequest: 1,
+  });
   client.on('error', () => {});
   return {
     host: '127.0.0.1',
@@ -86,14 +96,20 @@ async function spawnRedis(): Promise<TestRedis> {
 async function waitForPing(port: number): Promise<void> {
   const deadline = Date.now() + 10_000;
   for (;;) {
-    const probe = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null });
+    const probe = new Redis({
+      port,
+      host: '127.0.0.1',
+      lazyConnect: true,
+      retryStrategy: () => null,
+    });
     probe.on('error', () => {});
     try {
       await probe.connect();
       await probe.ping();
       return;
     } catch (error) {
-      if (Date.now() > deadline) throw new Error(`redis-server on port ${port} did not start: ${error}`);
+      if (Date.now() > deadline)
+        throw new Error(`redis-server on port ${port} did not start: ${error}`);
       await new Promise((resolve) => setTimeout(resolve, 50));
     } finally {
       probe.disconnect();
