@@ -3,6 +3,7 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
+    globalSetup: ['test/globalSetup.ts'],
     // Integration tests spawn redis-server and service processes; give them room on a loaded 2-core machine.
     testTimeout: 30_000,
     hookTimeout: 60_000,

@@ -1,0 +1,55 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startRedis, type TestRedis } from '../support/redis.js';
+import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
+import { callCheck, d } from '../support/tollgate.js';
+
+// The race from the brief: several service processes share one Redis, and hundreds of
+// concurrent requests go to one key with limit N. Read-decide-write is one script, so exactly N
+// are allowed, whichever instance answers. Windows are an hour long so no boundary interferes.
+
+const LIMIT = 50;
+const REQUESTS = 600;
+const RULES = `
+domain: race
+descriptors:
+  - key: fixed
+    rate_limit: {unit: hour, requests_per_unit: ${LIMIT}, algorithm: fixed_window}
+  - key: sliding
+    rate_limit: {unit: hour, requests_per_unit: ${LIMIT}, algorithm: sliding_window}
+  - key: bucket
+    rate_limit: {unit: hour, requests_per_unit: ${LIMIT}, algorithm: token_bucket}
+`;
+
+let redis: TestRedis;
+const instances: TollgateProcess[] = [];
+
+beforeAll(async () => {
+  redis = await startRedis();
+  const env = { REDIS_URL: redis.url, REDIS_TIMEOUT: '5s' };
+  instances.push(...(await Promise.all([1, 2, 3].map(() => spawnTollgate(RULES, env)))));
+}, 60_000);
+
+afterAll(async () => {
+  const exits = await Promise.all(instances.map((instance) => instance.stop()));
+  await redis?.stop();
+  expect(exits).toEqual(instances.map(() => 0));
+});
+
+describe.each(['fixed', 'sliding', 'bucket'])('%s across three processes', (key) => {
+  it(`allows exactly ${LIMIT} of ${REQUESTS} concurrent requests`, async () => {
+    const calls = Array.from({ length: REQUESTS }, (_, i) =>
+      callCheck(
+        instances[i % instances.length]!.client,
+        {
+          domain: 'race',
+          descriptors: [d(key, 'hot')],
+        },
+        30_000,
+      ),
+    );
+    const responses = await Promise.all(calls);
+    const allowed = responses.filter((response) => response.overall_code === 'OK').length;
+    const denied = responses.filter((response) => response.overall_code === 'OVER_LIMIT').length;
+    expect({ allowed, denied }).toEqual({ allowed: LIMIT, denied: REQUESTS - LIMIT });
+  });
+});
