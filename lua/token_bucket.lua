@@ -2,7 +2,8 @@
 token_bucket.lua: a bucket of B tokens refilled at L tokens per window W.
 
 Tokens are kept as exact integers scaled by s = W / gcd(L, W), so the refill is r = L / gcd(L, W)
-scaled tokens per millisecond. tollgate refuses rules where B*s would reach 2^53.
+scaled tokens per millisecond. tollgate refuses rules where B*s would pass 2^52, so that every
+scaled amount, and the rounding-up division below, stays exact.
 
 State, a hash per counter: t = last decision time (ms), k = scaled tokens at t, s = the scale k
 was written with (a changed limit keeps its whole tokens).

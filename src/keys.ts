@@ -4,10 +4,10 @@ import type { Algorithm } from './rules/types.js';
 /**
  * Counter keys: one per (domain, tenant, route, algorithm, window).
  *
- *   PREFIX tg:{DOMAIN TENANT_KEY TENANT_VALUE}ROUTE_KEY ROUTE_VALUE ...|ALGORITHM:WINDOW_MS
+ *   PREFIX tg:{DOMAIN TENANT_KEY TENANT_VALUE}TENANT_POSITION|ROUTE_KEY ROUTE_VALUE ...|ALGORITHM:WINDOW_MS
  *
- * Every part is length-prefixed (`<utf-8 bytes>:<text>`), so two different descriptors never
- * share a key whatever bytes they hold. The braces are a Redis Cluster hash tag: every counter of
+ * Every part is length-prefixed (`<utf-8 bytes>:<text>`) and the tenant's position among the
+ * entries is kept, so two different descriptors never share a key whatever bytes they hold. The braces are a Redis Cluster hash tag: every counter of
  * one tenant lives on one slot, so a request whose descriptors share a tenant is one script call.
  * Inside the tag `\`, `{` and `}` are escaped, because Redis ends the tag at the first `}`.
  */
@@ -59,5 +59,5 @@ export function counterKey(
     if (i === tenant) tag += pair;
     else route += pair;
   }
-  return `${prefix}tg:{${escapeTag(tag)}}${route}|${ALGORITHM_CODES[algorithm]}:${windowMs}`;
+  return `${prefix}tg:{${escapeTag(tag)}}${tenant}|${route}|${ALGORITHM_CODES[algorithm]}:${windowMs}`;
 }

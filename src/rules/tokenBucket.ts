@@ -1,11 +1,12 @@
 /**
  * The token bucket's integer arithmetic. The store keeps tokens scaled by `scale` so that each
  * millisecond adds exactly `refill` scaled tokens: no fractions, no drift. Lua numbers are
- * doubles, so every scaled amount must stay within 2^53. Used at load time and again for
+ * doubles, exact below 2^53; scaled amounts stay within 2^52, leaving room for the rounding-up
+ * division (which adds the refill) to stay exact. Used at load time and again for
  * request-time limit overrides.
  */
 
-const MAX_EXACT = 2n ** 53n;
+const MAX_EXACT = 2n ** 52n;
 
 function gcd(a: number, b: number): number {
   while (b !== 0) [a, b] = [b, a % b];
@@ -32,7 +33,7 @@ export function checkTokenBucketExact(
   if (BigInt(burst) * BigInt(scale) <= MAX_EXACT) return undefined;
   return (
     `token bucket too fine for exact integer arithmetic: burst ${burst} × ${scale} ` +
-    `(window ${windowMs}ms / gcd with requests_per_unit) exceeds 2^53; ` +
+    `(window ${windowMs}ms / gcd with requests_per_unit) exceeds 2^52; ` +
     'use a shorter unit or window, or a smaller burst'
   );
 }

@@ -64,7 +64,7 @@ const INVALID: Record<string, string> = {
   'string-rpu': "descriptors[0].rate_limit.requests_per_unit: must be an integer, got '100'",
   'token-bucket-too-fine':
     'descriptors[0].rate_limit.burst: token bucket too fine for exact integer arithmetic: ' +
-    'burst 300000 × 31536000000 (window 31536000000ms / gcd with requests_per_unit) exceeds 2^53; ' +
+    'burst 300000 × 31536000000 (window 31536000000ms / gcd with requests_per_unit) exceeds 2^52; ' +
     'use a shorter unit or window, or a smaller burst',
   'unit-and-window': 'descriptors[0].rate_limit.window: give either unit or window, not both',
   'unknown-descriptor-key':

@@ -10,16 +10,16 @@ describe('tokenBucketScale', () => {
 });
 
 describe('checkTokenBucketExact', () => {
-  it('accepts buckets whose scaled burst fits in 2^53', () => {
+  it('accepts buckets whose scaled burst fits in 2^52', () => {
     expect(checkTokenBucketExact(600, 60_000, 50)).toBeUndefined();
     expect(checkTokenBucketExact(4_294_967_295, 1_000, 4_294_967_295)).toBeUndefined();
     expect(checkTokenBucketExact(0, 31_536_000_000, 4_294_967_295)).toBeUndefined();
   });
 
-  it('accepts exactly 2^53 and rejects one scaled unit more', () => {
-    // scale 2^20 (window 2^20 ms, limit 1): burst 2^33 reaches 2^53 exactly.
-    expect(checkTokenBucketExact(1, 2 ** 20, 2 ** 33)).toBeUndefined();
-    expect(checkTokenBucketExact(1, 2 ** 20, 2 ** 33 + 1)).toMatch(
+  it('accepts exactly 2^52 and rejects one scaled unit more', () => {
+    // scale 2^20 (window 2^20 ms, limit 1): burst 2^32 reaches 2^52 exactly.
+    expect(checkTokenBucketExact(1, 2 ** 20, 2 ** 32)).toBeUndefined();
+    expect(checkTokenBucketExact(1, 2 ** 20, 2 ** 32 + 1)).toMatch(
       /^token bucket too fine for exact integer arithmetic: .*use a shorter unit or window, or a smaller burst$/,
     );
   });
