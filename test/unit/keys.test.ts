@@ -1,0 +1,181 @@
+// Redis counter keys: two different descriptors never share a counter whatever bytes they hold,
+// every counter of one tenant shares one Redis Cluster hash tag (and other tenants do not), and
+// CACHE_KEY_PREFIX starts every key.
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import type { Entry } from '../../src/check.js';
+import { counterKey, tenantIndex } from '../../src/keys.js';
+import type { Algorithm } from '../../src/rules/types.js';
+
+/** What Redis Cluster hashes: the text between the first '{' and the next '}'. */
+function hashTag(key: string): string {
+  const open = key.indexOf('{');
+  const close = key.indexOf('}', open + 1);
+  expect(open).toBeGreaterThanOrEqual(0);
+  expect(close).toBeGreaterThan(open + 1);
+  return key.slice(open + 1, close);
+}
+
+// Short strings over an alphabet rich in separators, escapes and multi-byte characters, so that
+// ambiguous encodings would show up as collisions.
+const char = fc.constantFrom(
+  'a',
+  'b',
+  '{',
+  '}',
+  '\\',
+  ':',
+  '|',
+  '1',
+  '2',
+  'é',
+  '日',
+  '😀',
+  '(',
+  ')',
+);
+const text = fc.array(char, { maxLength: 4 }).map((chars) => chars.join(''));
+const KEYS = ['tenant', 'route', 'a', '1:', '{'];
+// Keys are never empty: the service rejects an empty key before anything is keyed.
+const nonEmpty = fc.array(char, { minLength: 1, maxLength: 4 }).map((chars) => chars.join(''));
+const entry = fc.record({ key: fc.oneof(fc.constantFrom(...KEYS), nonEmpty), value: text });
+const entries = fc.array(entry, { minLength: 1, maxLength: 4 });
+const algorithm = fc.constantFrom<Algorithm>('fixed_window', 'sliding_window', 'token_bucket');
+const counter = fc.record({
+  domain: fc.oneof(fc.constantFrom('api', 'web'), text),
+  entries,
+  algorithm,
+  windowMs: fc.constantFrom(1_000, 30_000, 60_000, 11_000),
+});
+type Counter = { domain: string; entries: Entry[]; algorithm: Algorithm; windowMs: number };
+// tenant_key belongs to a domain's rules, so both descriptors of a pair are keyed with the same one.
+const anyTenantKey = fc.option(fc.constantFrom(...KEYS), { nil: undefined });
+
+const keyOf = (c: Counter, tenant: string | undefined, prefix = '') =>
+  counterKey(prefix, c.domain, c.entries, tenant, c.algorithm, c.windowMs);
+
+describe('counterKey', () => {
+  it('is injective: different descriptors never share a key', () => {
+    fc.assert(
+      fc.property(anyTenantKey, counter, counter, (tenant, a, b) => {
+        const same = keyOf(a, tenant) === keyOf(b, tenant);
+        expect(same, `${JSON.stringify(a)} vs ${JSON.stringify(b)}`).toBe(
+          JSON.stringify(a) === JSON.stringify(b),
+        );
+      }),
+      { numRuns: 20_000 },
+    );
+  });
+
+  it('is injective on near-identical descriptors: one entry changed, moved or re-split', () => {
+    // Random pairs rarely come close; these mutations are where an ambiguous encoding would show.
+    const mutation = fc.oneof(
+      fc.record({ kind: fc.constant('replace' as const), at: fc.nat(), entry }),
+      fc.record({ kind: fc.constant('move' as const), at: fc.nat(), to: fc.nat() }),
+      fc.record({ kind: fc.constant('resplit' as const), at: fc.nat(), cut: fc.nat() }),
+    );
+    fc.assert(
+      fc.property(anyTenantKey, counter, mutation, (tenant, a, m) => {
+        const changed = [...a.entries];
+        const at = m.at % changed.length;
+        const old = changed[at] as Entry;
+        if (m.kind === 'replace') changed[at] = m.entry;
+        if (m.kind === 'move') changed.splice(m.to % changed.length, 0, ...changed.splice(at, 1));
+        if (m.kind === 'resplit') {
+          const joined = old.key + old.value;
+          const cut = 1 + (m.cut % Math.max(1, joined.length));
+          changed[at] = { key: joined.slice(0, cut), value: joined.slice(cut) };
+        }
+        const b = { ...a, entries: changed };
+        const same = keyOf(a, tenant) === keyOf(b, tenant);
+        expect(same, `${JSON.stringify(a)} vs ${JSON.stringify(b)}, tenant_key ${tenant}`).toBe(
+          JSON.stringify(a.entries) === JSON.stringify(changed),
+        );
+      }),
+      { numRuns: 10_000 },
+    );
+  });
+
+  it('keeps the tenant entry in place: reordering the entries gives another key', () => {
+    const a = [
+      { key: 'route', value: '/orders' },
+      { key: 'tenant', value: 'acme' },
+    ];
+    const b = [
+      { key: 'tenant', value: 'acme' },
+      { key: 'route', value: '/orders' },
+    ];
+    expect(counterKey('', 'api', a, 'tenant', 'fixed_window', 60_000)).not.toBe(
+      counterKey('', 'api', b, 'tenant', 'fixed_window', 60_000),
+    );
+  });
+
+  it('gives one hash tag to every counter of a tenant, and another to other tenants', () => {
+    fc.assert(
+      fc.property(
+        fc.constantFrom('api', '{x}'),
+        text,
+        text,
+        fc.array(entry, { maxLength: 3 }),
+        fc.array(entry, { maxLength: 3 }),
+        algorithm,
+        algorithm,
+        (domain, tenantA, tenantB, routeA, routeB, algA, algB) => {
+          const tenantKey = 'tenant';
+          const noTenant = (list: Entry[]) => list.filter((e) => e.key !== tenantKey);
+          const a1 = [...noTenant(routeA), { key: tenantKey, value: tenantA }];
+          const a2 = [{ key: tenantKey, value: tenantA }, ...noTenant(routeB)];
+          const b = [{ key: tenantKey, value: tenantB }, ...noTenant(routeA)];
+          const tagA1 = hashTag(counterKey('', domain, a1, tenantKey, algA, 60_000));
+          const tagA2 = hashTag(counterKey('', domain, a2, tenantKey, algB, 1_000));
+          const tagB = hashTag(counterKey('', domain, b, tenantKey, algA, 60_000));
+          expect(tagA1).toBe(tagA2);
+          expect(tagA1 === tagB).toBe(tenantA === tenantB);
+        },
+      ),
+      { numRuns: 5_000 },
+    );
+  });
+
+  it('takes the hash tag of different domains apart, for the same tenant', () => {
+    const tenant = [{ key: 'tenant', value: 'acme' }];
+    expect(hashTag(counterKey('', 'api', tenant, undefined, 'token_bucket', 1_000))).not.toBe(
+      hashTag(counterKey('', 'web', tenant, undefined, 'token_bucket', 1_000)),
+    );
+  });
+
+  it('makes the tenant_key entry the tenant, else the first entry', () => {
+    const list = [
+      { key: 'route', value: '/x' },
+      { key: 'tenant', value: 'acme' },
+    ];
+    expect(tenantIndex(list, 'tenant')).toBe(1);
+    expect(tenantIndex(list, undefined)).toBe(0);
+    expect(tenantIndex(list, 'missing')).toBe(0);
+    const tagged = hashTag(counterKey('', 'api', list, 'tenant', 'sliding_window', 60_000));
+    expect(tagged).toContain('acme');
+    expect(tagged).not.toContain('/x');
+    const plain = hashTag(counterKey('', 'api', list, undefined, 'sliding_window', 60_000));
+    expect(plain).toContain('/x');
+    expect(plain).not.toContain('acme');
+  });
+
+  it('makes a single-entry descriptor its own tenant', () => {
+    const address = (ip: string) => [{ key: 'remote_address', value: ip }];
+    const one = counterKey('', 'api', address('10.0.0.1'), 'tenant', 'fixed_window', 1_000);
+    const two = counterKey('', 'api', address('10.0.0.2'), 'tenant', 'fixed_window', 1_000);
+    expect(hashTag(one)).toContain('10.0.0.1');
+    expect(hashTag(one)).not.toBe(hashTag(two));
+  });
+
+  it('prepends CACHE_KEY_PREFIX to every key', () => {
+    fc.assert(
+      fc.property(counter, anyTenantKey, (c, tenant) => {
+        const key = keyOf(c, tenant, 'prod:');
+        expect(key.startsWith('prod:')).toBe(true);
+        expect(key).toBe(`prod:${keyOf(c, tenant)}`);
+        expect(hashTag(key)).toBe(hashTag(keyOf(c, tenant)));
+      }),
+    );
+  });
+});
