@@ -69,7 +69,7 @@ export function readSettings(env: Env = process.env): Settings {
     host: get('HOST', '0.0.0.0'),
     port: integer(env, 'PORT', 8080, 0, 65_535),
     configPath,
-    redis: env.REDIS_URL ? readRedis(env, env.REDIS_URL) : undefined,
+    redis: readRedis(env),
     failureMode: oneOf(env, 'FAILURE_MODE', ['error', 'deny', 'allow'] as const, 'error'),
     clock: oneOf(env, 'CLOCK', ['redis', 'local'] as const, 'redis'),
     defaultAlgorithm: oneOf(env, 'DEFAULT_ALGORITHM', ALGORITHMS, 'sliding_window'),
@@ -102,12 +102,15 @@ export function readSettings(env: Env = process.env): Settings {
   return settings;
 }
 
-function readRedis(env: Env, url: string): RedisSettings {
+/** The Redis settings are validated even without REDIS_URL, so a typo never waits for later. */
+function readRedis(env: Env): RedisSettings | undefined {
   const type = oneOf(env, 'REDIS_TYPE', ['single', 'sentinel', 'cluster'] as const, 'single', true);
-  if (type !== 'single') throw new SettingsError(`REDIS_TYPE: '${type}' is not supported yet`);
-
   const timeoutMs = duration(env, 'REDIS_TIMEOUT', '15ms');
   const tlsDefault = boolean(env, 'REDIS_TLS', false);
+  const url = env.REDIS_URL;
+  if (!url) return undefined;
+  if (type !== 'single') throw new SettingsError(`REDIS_TYPE: '${type}' is not supported yet`);
+
   const [authUser, authPassword] = splitAuth(env.REDIS_AUTH);
   const withScheme = /^[a-z+]+:\/\//i.test(url) ? url : `redis://${url}`;
   let parsed: URL;
