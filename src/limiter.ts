@@ -88,9 +88,9 @@ export function createLimiter(options: LimiterOptions): Limiter {
           limit.algorithm,
           limit.windowMs,
         );
-        let slot = counters.findIndex((counter) => counter.key === key);
-        if (slot < 0) {
-          slot = counters.length;
+        let slot = 0;
+        while (slot < counters.length && (counters[slot] as CounterCheck).key !== key) slot++;
+        if (slot === counters.length) {
           counters.push({
             key,
             algorithm: limit.algorithm,
