@@ -3,7 +3,6 @@
  * reflection (so grpcurl and ghz need no proto file). The core knows nothing of gRPC.
  */
 import * as grpc from '@grpc/grpc-js';
-import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
 import type { Check, Decision } from '../check.js';
 import {
@@ -14,6 +13,7 @@ import {
   type ResponseHeader,
 } from './codec.js';
 import { packageDefinition, rlsServiceName, shouldRateLimitMethod } from './protos.js';
+import { addReflection } from './reflection.js';
 import { toGrpcStatus } from './status.js';
 
 /** A decision, with the headers to add to the downstream response. */
@@ -94,7 +94,7 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
     { ShouldRateLimit: shouldRateLimit },
   );
   health.addToServer(server);
-  new ReflectionService(packageDefinition).addToServer(server);
+  addReflection(server, packageDefinition);
 
   const listen = (host: string, port?: number): Promise<number> => {
     const bare = host.includes(':') && !host.startsWith('['); // an IPv6 literal needs brackets

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
+import descriptor from 'protobufjs/ext/descriptor/index.js';
 import { service as healthService } from 'grpc-health-check';
 import type { Check, Decision } from '../../src/check.js';
 import { StoreError } from '../../src/errors.js';
@@ -194,7 +195,7 @@ describe('health and reflection', () => {
     health.close();
   });
 
-  it('lists the RLS service and serves its file descriptors', async () => {
+  it('lists the RLS and health services, with descriptors Go clients accept', async () => {
     const protoPath = createRequire(import.meta.url).resolve(
       '@grpc/reflection/build/proto/grpc/reflection/v1/reflection.proto',
     );
@@ -218,13 +219,18 @@ describe('health and reflection', () => {
     });
     stream.write({ list_services: '' });
     stream.write({ file_containing_symbol: rlsServiceName });
+    stream.write({ file_containing_symbol: 'grpc.health.v1.Health' });
     stream.end();
     await done;
     reflection.close();
     const listed = replies[0]?.list_services_response as { service: { name: string }[] };
-    expect(listed.service.map((s) => s.name)).toContain(rlsServiceName);
-    const files = replies[1]?.file_descriptor_response as { file_descriptor_proto: Buffer[] };
-    expect(files.file_descriptor_proto.length).toBeGreaterThan(0);
+    expect(listed.service.map((s) => s.name)).toEqual(
+      expect.arrayContaining([rlsServiceName, 'grpc.health.v1.Health']),
+    );
+    for (const reply of replies.slice(1)) {
+      const files = reply.file_descriptor_response as { file_descriptor_proto: Buffer[] };
+      expectGoCompatible(files.file_descriptor_proto.map((b) => FileDescriptorProto.decode(b)));
+    }
   });
 });
 
@@ -251,3 +257,54 @@ describe('shutdown', () => {
     unixClient.close();
   });
 });
+
+const { FileDescriptorProto } = descriptor;
+
+interface FileProto {
+  name: string;
+  package: string;
+  dependency: string[];
+  messageType: MessageProto[];
+  enumType: { name: string }[];
+}
+interface MessageProto {
+  name: string;
+  field: { name: string; typeName?: string }[];
+  nestedType: MessageProto[];
+  enumType: { name: string }[];
+  options?: { mapEntry?: boolean };
+}
+
+/**
+ * What Go's descriptor builder (behind grpcurl and ghz) demands of reflected files: each type a
+ * field names is absolute and defined in its own file or a declared dependency, and a map's entry
+ * type is named after its field plus "Entry".
+ */
+function expectGoCompatible(decoded: unknown[]): void {
+  const files = decoded as FileProto[];
+  const definedIn = new Map<string, string>();
+  const index = (message: MessageProto, scope: string, file: string) => {
+    const name = `${scope}.${message.name}`;
+    definedIn.set(name, file);
+    for (const e of message.enumType) definedIn.set(`${name}.${e.name}`, file);
+    for (const nested of message.nestedType) index(nested, name, file);
+  };
+  for (const file of files) {
+    for (const e of file.enumType) definedIn.set(`.${file.package}.${e.name}`, file.name);
+    for (const message of file.messageType) index(message, `.${file.package}`, file.name);
+  }
+  const check = (message: MessageProto, file: FileProto) => {
+    for (const field of message.field) {
+      if (!field.typeName) continue; // a scalar
+      const home = definedIn.get(field.typeName);
+      expect(home, `${message.name}.${field.name}: ${field.typeName}`).toBeDefined();
+      expect([file.name, ...file.dependency]).toContain(home);
+    }
+    for (const nested of message.nestedType) {
+      if (nested.options?.mapEntry) expect(nested.name).toMatch(/Entry$/);
+      check(nested, file);
+    }
+  };
+  expect(files.length).toBeGreaterThan(0);
+  for (const file of files) for (const message of file.messageType) check(message, file);
+}

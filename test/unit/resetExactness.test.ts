@@ -31,7 +31,9 @@ describe('a denied decision', () => {
           let now = start;
           const store = createMemoryStore({ clock: () => now });
           const burst =
-            algorithm === 'token_bucket' && limit * windowMs > 2 ** 52 ? Math.min(limit, 1_000) : limit;
+            algorithm === 'token_bucket' && limit * windowMs > 2 ** 52
+              ? Math.min(limit, 1_000)
+              : limit;
           const check = (cost: number): CounterCheck[] => [
             { key: 'k', algorithm, windowMs, limit, burst, cost: Math.min(cost, burst) },
           ];
@@ -77,12 +79,17 @@ describe('exact integer helpers', () => {
   });
   it('mulDiv is exact floor division with remainder', () => {
     fc.assert(
-      fc.property(fc.nat(2 ** 33 - 1), fc.nat(2 ** 35), fc.integer({ min: 1, max: 2 ** 33 - 1 }), (a, b, c) => {
-        fc.pre(big(a) * big(b) / big(c) < 2n ** 36n);
-        const [q, r] = mulDiv(a, b, c);
-        expect(big(q)).toBe((big(a) * big(b)) / big(c));
-        expect(big(r)).toBe((big(a) * big(b)) % big(c));
-      }),
+      fc.property(
+        fc.nat(2 ** 33 - 1),
+        fc.nat(2 ** 35),
+        fc.integer({ min: 1, max: 2 ** 33 - 1 }),
+        (a, b, c) => {
+          fc.pre((big(a) * big(b)) / big(c) < 2n ** 36n);
+          const [q, r] = mulDiv(a, b, c);
+          expect(big(q)).toBe((big(a) * big(b)) / big(c));
+          expect(big(r)).toBe((big(a) * big(b)) % big(c));
+        },
+      ),
     );
   });
 });
