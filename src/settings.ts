@@ -1,6 +1,6 @@
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
-import { parseGoDuration } from './duration.js';
+import { boolean, duration, integer, oneOf, optional, ratio, text, type Env } from './envValues.js';
 import { SettingsError } from './errors.js';
 import { ALGORITHMS, type Algorithm } from './rules/types.js';
 
@@ -30,6 +30,41 @@ export interface Settings {
   workers: number;
   logLevel: LogLevel;
   logFormat: 'json' | 'text';
+  /** Allow several rules files to define one domain, merged in file order. */
+  mergeDomainConfig: boolean;
+  /** How often the rules are polled for changes, besides the file watcher. */
+  configPollIntervalMs: number;
+  /** Return matched rules' `metadata` in `dynamic_metadata`. */
+  responseDynamicMetadata: boolean;
+  /** The reference's RateLimit-Limit/-Remaining/-Reset headers, when `enabled`. */
+  limitHeaders: { enabled: boolean; limit: string; remaining: string; reset: string };
+  metrics: {
+    /** `near_limit` counts hits that leave a counter at or above this share of its limit. */
+    nearLimitRatio: number;
+    /** The most descriptor-valued series (detailed_metric, value_to_metric) per domain. */
+    maxDetailedSeries: number;
+  };
+  grpcServer: GrpcServerSettings;
+  /** How long SIGTERM waits for calls in flight. */
+  shutdownGraceMs: number;
+}
+
+export interface GrpcServerSettings {
+  maxConnectionAgeMs: number;
+  maxConnectionAgeGraceMs: number;
+  /** 0: no limit. */
+  maxConcurrentStreams: number;
+  keepaliveTimeMs: number;
+  keepaliveTimeoutMs: number;
+  /** TLS when GRPC_SERVER_USE_TLS is true; mutual TLS when `clientCaPath` is set. */
+  tls:
+    | {
+        certPath: string;
+        keyPath: string;
+        clientCaPath: string | undefined;
+        clientSan: string | undefined;
+      }
+    | undefined;
 }
 
 export type FailureMode = 'error' | 'deny' | 'allow';
@@ -42,16 +77,21 @@ export interface RedisSettings {
   username: string | undefined;
   password: string | undefined;
   db: number;
-  tls: boolean;
+  tls: RedisTls | undefined;
   timeoutMs: number;
+}
+
+export interface RedisTls {
+  caPath: string | undefined;
+  clientCertPath: string | undefined;
+  clientKeyPath: string | undefined;
+  skipHostnameVerification: boolean;
 }
 
 export const BUNDLED_RULES = fileURLToPath(new URL('../config/example.yaml', import.meta.url));
 
-type Env = Record<string, string | undefined>;
-
 export function readSettings(env: Env = process.env): Settings {
-  const get = (name: string, fallback: string): string => env[name] ?? fallback;
+  const get = (name: string, fallback: string): string => text(env, name, fallback);
   const configPath = env.CONFIG_PATH
     ? env.CONFIG_PATH
     : env.RUNTIME_ROOT
@@ -86,6 +126,21 @@ export function readSettings(env: Env = process.env): Settings {
       'info',
     ),
     logFormat: oneOf(env, 'LOG_FORMAT', ['json', 'text'] as const, 'json'),
+    mergeDomainConfig: boolean(env, 'MERGE_DOMAIN_CONFIG', false),
+    configPollIntervalMs: duration(env, 'CONFIG_POLL_INTERVAL', '10s', 100),
+    responseDynamicMetadata: boolean(env, 'RESPONSE_DYNAMIC_METADATA', false),
+    limitHeaders: {
+      enabled: boolean(env, 'LIMIT_RESPONSE_HEADERS_ENABLED', false),
+      limit: get('LIMIT_LIMIT_HEADER', 'RateLimit-Limit'),
+      remaining: get('LIMIT_REMAINING_HEADER', 'RateLimit-Remaining'),
+      reset: get('LIMIT_RESET_HEADER', 'RateLimit-Reset'),
+    },
+    metrics: {
+      nearLimitRatio: ratio(env, 'NEAR_LIMIT_RATIO', 0.8),
+      maxDetailedSeries: integer(env, 'METRICS_MAX_DETAILED_SERIES', 1000, 0, 1_000_000),
+    },
+    grpcServer: readGrpcServer(env),
+    shutdownGraceMs: duration(env, 'SHUTDOWN_GRACE', '10s', 0),
   };
 
   if (/[{}]/.test(settings.cacheKeyPrefix)) {
@@ -98,8 +153,34 @@ export function readSettings(env: Env = process.env): Settings {
   }
   // Settings that later work implements stop start-up rather than being ignored.
   if (settings.workers > 1) throw new SettingsError('WORKERS: more than 1 is not supported yet');
-  if (settings.shadowMode) throw new SettingsError('SHADOW_MODE: not supported yet');
   return settings;
+}
+
+function readGrpcServer(env: Env): GrpcServerSettings {
+  const useTls = boolean(env, 'GRPC_SERVER_USE_TLS', false);
+  const certPath = optional(env, 'GRPC_SERVER_TLS_CERT');
+  const keyPath = optional(env, 'GRPC_SERVER_TLS_KEY');
+  if (useTls && (!certPath || !keyPath)) {
+    throw new SettingsError(
+      'GRPC_SERVER_USE_TLS: true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY',
+    );
+  }
+  return {
+    maxConnectionAgeMs: duration(env, 'GRPC_MAX_CONNECTION_AGE', '24h'),
+    maxConnectionAgeGraceMs: duration(env, 'GRPC_MAX_CONNECTION_AGE_GRACE', '1h'),
+    maxConcurrentStreams: integer(env, 'GRPC_MAX_CONCURRENT_STREAMS', 0, 0, 2 ** 31 - 1),
+    keepaliveTimeMs: duration(env, 'GRPC_KEEPALIVE_TIME', '2h'),
+    keepaliveTimeoutMs: duration(env, 'GRPC_KEEPALIVE_TIMEOUT', '20s'),
+    tls:
+      useTls && certPath && keyPath
+        ? {
+            certPath,
+            keyPath,
+            clientCaPath: optional(env, 'GRPC_CLIENT_TLS_CACERT'),
+            clientSan: optional(env, 'GRPC_CLIENT_TLS_SAN'),
+          }
+        : undefined,
+  };
 }
 
 /** The Redis settings are validated even without REDIS_URL, so a typo never waits for later. */
@@ -107,6 +188,12 @@ function readRedis(env: Env): RedisSettings | undefined {
   const type = oneOf(env, 'REDIS_TYPE', ['single', 'sentinel', 'cluster'] as const, 'single', true);
   const timeoutMs = duration(env, 'REDIS_TIMEOUT', '15ms');
   const tlsDefault = boolean(env, 'REDIS_TLS', false);
+  const tls: RedisTls = {
+    caPath: optional(env, 'REDIS_TLS_CACERT'),
+    clientCertPath: optional(env, 'REDIS_TLS_CLIENT_CERT'),
+    clientKeyPath: optional(env, 'REDIS_TLS_CLIENT_KEY'),
+    skipHostnameVerification: boolean(env, 'REDIS_TLS_SKIP_HOSTNAME_VERIFICATION', false),
+  };
   const url = env.REDIS_URL;
   if (!url) return undefined;
   if (type !== 'single') throw new SettingsError(`REDIS_TYPE: '${type}' is not supported yet`);
@@ -136,7 +223,7 @@ function readRedis(env: Env): RedisSettings | undefined {
     username: decodeURIComponent(parsed.username) || authUser,
     password: decodeURIComponent(parsed.password) || authPassword,
     db: db === '' ? 0 : Number(db),
-    tls: parsed.protocol === 'rediss:' || tlsDefault,
+    tls: parsed.protocol === 'rediss:' || tlsDefault ? tls : undefined,
     timeoutMs,
   };
 }
@@ -146,52 +233,4 @@ function splitAuth(auth: string | undefined): [string | undefined, string | unde
   if (!auth) return [undefined, undefined];
   const colon = auth.indexOf(':');
   return colon < 0 ? [undefined, auth] : [auth.slice(0, colon), auth.slice(colon + 1)];
-}
-
-function integer(env: Env, name: string, fallback: number, min: number, max: number): number {
-  const text = env[name];
-  if (text === undefined || text === '') return fallback;
-  if (!/^\d+$/.test(text) || Number(text) < min || Number(text) > max) {
-    throw new SettingsError(`${name}: '${text}' is not a whole number from ${min} to ${max}`);
-  }
-  return Number(text);
-}
-
-function boolean(env: Env, name: string, fallback: boolean): boolean {
-  const text = env[name];
-  if (text === undefined || text === '') return fallback;
-  const lower = text.toLowerCase();
-  if (['true', '1', 'yes', 'on'].includes(lower)) return true;
-  if (['false', '0', 'no', 'off'].includes(lower)) return false;
-  throw new SettingsError(`${name}: '${text}' is not true or false`);
-}
-
-function oneOf<T extends string>(
-  env: Env,
-  name: string,
-  choices: readonly T[],
-  fallback: T,
-  anyCase = false,
-): T {
-  const text = env[name];
-  if (text === undefined || text === '') return fallback;
-  const value = anyCase ? text.toLowerCase() : text;
-  if (!(choices as readonly string[]).includes(value)) {
-    throw new SettingsError(`${name}: '${text}' is not one of ${choices.join(', ')}`);
-  }
-  return value as T;
-}
-
-function duration(env: Env, name: string, fallback: string): number {
-  const text = env[name] || fallback;
-  let ms: number;
-  try {
-    ms = parseGoDuration(text);
-  } catch (error) {
-    throw new SettingsError(
-      `${name}: '${text}' is not a duration such as 15ms or 1s (${(error as Error).message})`,
-    );
-  }
-  if (ms < 1) throw new SettingsError(`${name}: '${text}' must be at least 1ms`);
-  return Math.ceil(ms);
 }

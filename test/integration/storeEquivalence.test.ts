@@ -21,7 +21,7 @@ beforeAll(async () => {
     username: undefined,
     password: undefined,
     db: 0,
-    tls: false,
+    tls: undefined,
     timeoutMs: 2_000,
   });
   await store.ping();

@@ -38,6 +38,25 @@ describe('readSettings defaults', () => {
       workers: 1,
       logLevel: 'info',
       logFormat: 'json',
+      mergeDomainConfig: false,
+      configPollIntervalMs: 10_000,
+      responseDynamicMetadata: false,
+      limitHeaders: {
+        enabled: false,
+        limit: 'RateLimit-Limit',
+        remaining: 'RateLimit-Remaining',
+        reset: 'RateLimit-Reset',
+      },
+      metrics: { nearLimitRatio: 0.8, maxDetailedSeries: 1000 },
+      grpcServer: {
+        maxConnectionAgeMs: 86_400_000,
+        maxConnectionAgeGraceMs: 3_600_000,
+        maxConcurrentStreams: 0,
+        keepaliveTimeMs: 7_200_000,
+        keepaliveTimeoutMs: 20_000,
+        tls: undefined,
+      },
+      shutdownGraceMs: 10_000,
     });
     expect(settings.grpcUds).toBeUndefined();
     expect(settings.redis).toBeUndefined(); // no REDIS_URL: the in-memory store
@@ -51,7 +70,7 @@ describe('readSettings defaults', () => {
       username: undefined,
       password: undefined,
       db: 0,
-      tls: false,
+      tls: undefined,
       timeoutMs: 15,
     });
   });
@@ -101,6 +120,22 @@ describe('readSettings rejects a bad value, naming the setting', () => {
     [{ WORKERS: '2' }, 'WORKERS: more than 1 needs REDIS_URL, since workers share no memory'],
     [{ REDIS_URL: 'http://cache:6379' }, "REDIS_URL: scheme 'http:' is not redis: or rediss:"],
     [{ REDIS_URL: 'redis://cache:6379/zero' }, "REDIS_URL: database 'zero' is not a number"],
+    [{ NEAR_LIMIT_RATIO: '1.5' }, "NEAR_LIMIT_RATIO: '1.5' is not a number from 0 to 1"],
+    [{ NEAR_LIMIT_RATIO: 'most' }, "NEAR_LIMIT_RATIO: 'most' is not a number from 0 to 1"],
+    [{ MERGE_DOMAIN_CONFIG: 'maybe' }, "MERGE_DOMAIN_CONFIG: 'maybe' is not true or false"],
+    [{ CONFIG_POLL_INTERVAL: '5ms' }, "CONFIG_POLL_INTERVAL: '5ms' must be at least 100ms"],
+    [
+      { GRPC_MAX_CONNECTION_AGE: 'forever' },
+      "GRPC_MAX_CONNECTION_AGE: 'forever' is not a duration such as 15ms or 1s (invalid duration 'forever': expected a number at 'forever')",
+    ],
+    [
+      { GRPC_SERVER_USE_TLS: 'true', GRPC_SERVER_TLS_CERT: 'cert.pem' },
+      'GRPC_SERVER_USE_TLS: true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY',
+    ],
+    [
+      { LIMIT_RESPONSE_HEADERS_ENABLED: 'yes please' },
+      "LIMIT_RESPONSE_HEADERS_ENABLED: 'yes please' is not true or false",
+    ],
   ])('%j', (env, message) => {
     expect(failure(env).message).toBe(message);
   });
@@ -114,7 +149,7 @@ describe('REDIS_URL forms', () => {
       username: 'user',
       password: 'pass',
       db: 2,
-      tls: false,
+      tls: undefined,
     });
   });
 
@@ -122,7 +157,12 @@ describe('REDIS_URL forms', () => {
     expect(readSettings({ REDIS_URL: 'rediss://h:6380' }).redis).toMatchObject({
       host: 'h',
       port: 6380,
-      tls: true,
+      tls: {
+        caPath: undefined,
+        clientCertPath: undefined,
+        clientKeyPath: undefined,
+        skipHostnameVerification: false,
+      },
     });
   });
 
@@ -131,7 +171,7 @@ describe('REDIS_URL forms', () => {
       host: 'cache.internal',
       port: 6380,
       db: 0,
-      tls: false,
+      tls: undefined,
       username: undefined,
       password: undefined,
     });
@@ -149,8 +189,8 @@ describe('REDIS_URL forms', () => {
   });
 
   it('turns TLS on with REDIS_TLS=true', () => {
-    expect(readSettings({ REDIS_URL: 'h:1', REDIS_TLS: 'true' }).redis?.tls).toBe(true);
-    expect(readSettings({ REDIS_URL: 'redis://h:1', REDIS_TLS: 'true' }).redis?.tls).toBe(true);
+    expect(readSettings({ REDIS_URL: 'h:1', REDIS_TLS: 'true' }).redis?.tls).toBeDefined();
+    expect(readSettings({ REDIS_URL: 'redis://h:1', REDIS_TLS: 'true' }).redis?.tls).toBeDefined();
   });
 
   it('reads REDIS_TYPE in any case', () => {
