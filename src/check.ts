@@ -4,6 +4,8 @@
  * wire response.
  */
 
+import type { JsonValue } from './rules/types.js';
+
 export interface Entry {
   key: string;
   value: string;
@@ -52,8 +54,17 @@ export interface DescriptorStatus {
   durationUntilResetMs?: number;
 }
 
+export interface Header {
+  key: string;
+  value: string;
+}
+
 export interface Decision {
   code: Code;
   /** One per descriptor of the check, in the same order. */
   statuses: DescriptorStatus[];
+  /** Added to the downstream response (`response_headers_to_add`). */
+  headers?: Header[];
+  /** Merged `metadata` of the matched rules, when RESPONSE_DYNAMIC_METADATA is on. */
+  dynamicMetadata?: Record<string, JsonValue>;
 }

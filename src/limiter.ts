@@ -167,6 +167,8 @@ function overrideLimit(
     algorithm,
     burst: limit,
     name: rule?.name ?? '',
+    replaces: [],
+    overdraw: false,
   };
 }
 

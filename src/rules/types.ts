@@ -34,7 +34,16 @@ export interface Limit {
   burst: number;
   /** The rule's `name`, or "" when it has none. */
   name: string;
+  /** Names of limits in the same domain that this one replaces (the reference's `replaces`). */
+  replaces: readonly string[];
+  /**
+   * tollgate's `overdraw`: consume even when over, saturating the counter at the limit, for costs
+   * reported after the fact.
+   */
+  overdraw: boolean;
 }
+
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
 
 /** One `descriptors` item of the rules file. */
 export interface RuleNode {
@@ -47,6 +56,22 @@ export interface RuleNode {
   limit: Limit | undefined;
   unlimited: boolean;
   children: RuleLevel;
+  /** The node one level up, or undefined at the top. */
+  parent: RuleNode | undefined;
+  /** This level of the reference's stats key: `key`, or `key_value` with the configured value. */
+  metricPart: string;
+  /** Decided and counted, but never blocks and always reports OK (the reference's `shadow_mode`). */
+  shadowMode: boolean;
+  /** Denies only when every quota descriptor of the request is over (`quota_mode`). */
+  quotaMode: boolean;
+  /** Metrics carry the request's value for a bare key at the last level (`detailed_metric`). */
+  detailedMetric: boolean;
+  /** Metrics carry the request's value at this level (`value_to_metric`). */
+  valueToMetric: boolean;
+  /** Every value matching this wildcard shares one counter (`share_threshold`). */
+  shareThreshold: boolean;
+  /** Returned in `dynamic_metadata` when RESPONSE_DYNAMIC_METADATA is on (`metadata`). */
+  metadata: Readonly<Record<string, JsonValue>> | undefined;
 }
 
 /** A compiled '*' pattern; '*' matches any run of characters, including none. */

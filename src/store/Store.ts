@@ -15,6 +15,8 @@ import type { Algorithm } from '../rules/types.js';
  */
 export interface Store {
   decide(counters: readonly CounterCheck[], nowMs: number | undefined): Promise<StoreDecision>;
+  /** Deletes these counters (an operator's reset); resolves with how many existed. */
+  reset(keys: readonly string[]): Promise<number>;
   /** Resolves once the store can take decisions, rejects with `StoreError` otherwise. */
   ping(): Promise<void>;
   close(): Promise<void>;

@@ -76,6 +76,12 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store & { s
       return { allowed, results };
     },
 
+    async reset(keys: readonly string[]) {
+      let existed = 0;
+      for (const key of keys) if (counters.delete(key)) existed += 1;
+      return existed;
+    },
+
     async ping() {},
 
     async close() {

@@ -73,6 +73,15 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
       return { allowed: reply[0] === 1, results };
     },
 
+    async reset(keys: readonly string[]) {
+      if (keys.length === 0) return 0;
+      try {
+        return await redis.del(...keys);
+      } catch (error) {
+        throw classify(error);
+      }
+    },
+
     async ping() {
       try {
         if (redis.status === 'connecting' || redis.status === 'connect') await ready(redis, 1_000);

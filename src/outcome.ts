@@ -1,0 +1,43 @@
+import type { Check, Decision } from './check.js';
+import type { StoreError } from './errors.js';
+
+/**
+ * What the limiter reports about each check, for observers (metrics, tracing, logs). It is
+ * called once per check, after the decision, and must not throw.
+ */
+export type CheckObserver = (event: CheckEvent) => void;
+
+export interface CheckEvent {
+  check: Check;
+  /** The decision sent back, including one made by FAILURE_MODE after a store failure. */
+  decision: Decision | undefined;
+  /** Set when the store failed; the decision (if any) then came from FAILURE_MODE. */
+  storeError: StoreError | undefined;
+  /** Time spent in the store, in milliseconds; 0 when the store was not called. */
+  storeMs: number;
+  /** The domain had no rules: every descriptor was answered OK without touching the store. */
+  unknownDomain: boolean;
+  /** Global SHADOW_MODE turned a denial into OK. */
+  globalShadow: boolean;
+  /** One per descriptor that landed on a limited rule (not unlimited, not replaced). */
+  rules: RuleOutcome[];
+}
+
+export interface RuleOutcome {
+  domain: string;
+  /**
+   * The reference's stats key below the domain, one part per level (`key` or `key_value`); parts
+   * that carry a request's value (detailed_metric, value_to_metric) are flagged by `detailed`.
+   */
+  metricKey: readonly string[];
+  /** The key holds values from the request, so its series must be capped. */
+  detailed: boolean;
+  /** The descriptor's cost. */
+  hits: number;
+  /** The counter could not take the cost. */
+  over: boolean;
+  /** Within the limit, but at or above the near-limit ratio after this decision. */
+  near: boolean;
+  /** Over, but a shadow-mode rule (or global shadow mode) let it through. */
+  shadowed: boolean;
+}
