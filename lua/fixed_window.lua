@@ -8,6 +8,9 @@ State, a hash per counter: t = last decision time (ms), w = window index, c = co
   settle(key, state, L, B, cost, fits, commit, slack)
                                     -> remaining, reset_ms; writes only when commit and cost > 0
 
+Consuming saturates at L: the same as adding the cost whenever it fits, and an overdraw (a cost
+committed although it does not fit) uses up what is left instead of recording nothing.
+
 Reset: W - e, whether allowed or denied (e = time elapsed in the window).
 --]]
 
@@ -30,7 +33,7 @@ ALGORITHMS[1] = {
   settle = function(key, s, limit, _, cost, _, commit, slack)
     local reset = s.window - s.e
     if commit and cost > 0 then
-      s.c = s.c + cost
+      s.c = math.max(s.c, math.min(s.c + cost, limit))
       redis.call('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c))
       redis.call('PEXPIRE', key, reset + slack)
     end

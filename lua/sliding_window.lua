@@ -11,6 +11,9 @@ window w, p = count in window w-1.
   settle(key, state, L, B, cost, fits, commit, slack)
                                     -> remaining, reset_ms; writes only when commit and cost > 0
 
+Consuming saturates where the window is full (L minus the previous window's weight, rounded up):
+the same as adding the cost whenever it fits, and an overdraw uses up what is left.
+
 Reset, in whole milliseconds rounded up (X = L - c - need):
   allowed: 2W - e while the current window counts anything, else W - e
   denied, c + need <= L: W - floor(X*W/p) - e           (p's weight falls enough in this window)
@@ -43,13 +46,13 @@ ALGORITHMS[2] = {
 
   settle = function(key, s, limit, _, cost, fits, commit, slack)
     local W, e = s.window, s.e
+    local weighted, rest = mul_div(s.p, W - e, W)
+    if rest > 0 then weighted = weighted + 1 end
     if commit and cost > 0 then
-      s.c = s.c + cost
+      s.c = math.max(s.c, math.min(s.c + cost, limit - weighted))
       redis.call('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c), 'p', int(s.p))
       redis.call('PEXPIRE', key, 2 * W - e + slack)
     end
-    local weighted, rest = mul_div(s.p, W - e, W)
-    if rest > 0 then weighted = weighted + 1 end
     local remaining = math.max(0, limit - s.c - weighted)
 
     local need = math.max(cost, 1)

@@ -14,6 +14,9 @@ was written with (a changed limit keeps its whole tokens).
   settle(key, state, L, B, cost, fits, commit, slack)
                                     -> remaining, reset_ms; writes only when commit and cost > 0
 
+Consuming never takes the bucket below empty: the same as taking the cost whenever it fits, and
+an overdraw empties the bucket instead of recording nothing.
+
 Reset: allowed, the time until the bucket is full, ceil((B*s - k)/r); denied, the time until
 need tokens are there, ceil((need*s - k)/r).
 --]]
@@ -47,8 +50,9 @@ ALGORITHMS[3] = {
   end,
 
   settle = function(key, st, _, _, cost, fits, commit, slack)
-    if commit and cost > 0 then
-      st.tokens = st.tokens - cost * st.scale
+    -- A bucket of no capacity (rate 0) holds nothing to store, even for an overdraw.
+    if commit and cost > 0 and st.full > 0 then
+      st.tokens = math.max(0, st.tokens - cost * st.scale)
       redis.call('HSET', key, 't', int(st.now), 'k', int(st.tokens), 's', int(st.scale))
       redis.call('PEXPIRE', key, ceil_div(st.full - st.tokens, st.refill) + slack)
     end

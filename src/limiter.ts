@@ -4,16 +4,33 @@ import type {
   Decision,
   Descriptor,
   DescriptorStatus,
+  Entry,
   LimitOverride,
 } from './check.js';
 import { formatDuration } from './duration.js';
 import { InvalidRequestError, StoreError } from './errors.js';
+import { responseHeaders, type HeaderCandidate, type ReferenceHeaderNames } from './headers.js';
 import { counterKey } from './keys.js';
-import { checkTokenBucketExact } from './rules/tokenBucket.js';
+import type { CheckObserver, RuleOutcome } from './outcome.js';
 import { matchRule } from './rules/match.js';
-import { UNIT_SECONDS, type Algorithm, type Limit, type RuleSet } from './rules/types.js';
+import { entriesMetricKey, metricKeyOf } from './rules/metricKey.js';
+import { checkTokenBucketExact } from './rules/tokenBucket.js';
+import {
+  UNIT_SECONDS,
+  type Algorithm,
+  type JsonValue,
+  type Limit,
+  type RuleNode,
+  type RuleSet,
+} from './rules/types.js';
 import type { FailureMode } from './settings.js';
-import { COST_CAP, NEVER, type CounterCheck, type Store } from './store/Store.js';
+import {
+  COST_CAP,
+  NEVER,
+  type CounterCheck,
+  type Store,
+  type StoreDecision,
+} from './store/Store.js';
 
 /**
  * The core: matches a check's descriptors to rules, maps them onto counters and lets the store
@@ -28,7 +45,15 @@ export interface LimiterOptions {
   defaultAlgorithm: Algorithm;
   keyPrefix: string;
   failureMode: FailureMode;
-  onStoreError?: (error: StoreError) => void;
+  /** Global SHADOW_MODE: decide as always, but answer OK. */
+  shadowMode?: boolean;
+  /** RESPONSE_DYNAMIC_METADATA: return matched rules' metadata. */
+  dynamicMetadata?: boolean;
+  /** The reference's RateLimit-Limit/-Remaining/-Reset headers, when wanted. */
+  referenceHeaders?: ReferenceHeaderNames;
+  /** `near` in outcomes: at or above this share of the limit after the decision. */
+  nearLimitRatio?: number;
+  observe?: CheckObserver;
 }
 
 export interface Limiter {
@@ -39,9 +64,21 @@ const NO_LIMIT: DescriptorStatus = Object.freeze({ code: 'OK', limitRemaining: 0
 const UNLIMITED: DescriptorStatus = Object.freeze({ code: 'OK', limitRemaining: 4_294_967_295 });
 const BIG_COST_CAP = BigInt(COST_CAP);
 
+/** One descriptor that landed on a counter. */
+interface Counted {
+  index: number;
+  limit: Limit;
+  node: RuleNode | undefined;
+  slot: number;
+  cost: number;
+  shadow: boolean;
+  quota: boolean;
+}
+
 export function createLimiter(options: LimiterOptions): Limiter {
-  const { store, clock, defaultAlgorithm, keyPrefix } = options;
+  const { store, clock, defaultAlgorithm, keyPrefix, observe } = options;
   const reported = new WeakMap<Limit, CurrentLimit>();
+  const nearRatio = options.nearLimitRatio ?? 0.8;
 
   function currentLimit(limit: Limit): CurrentLimit {
     let current = reported.get(limit);
@@ -59,83 +96,231 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const domain = options.rules().domains.get(check.domain);
       if (domain === undefined) {
         statuses.fill(NO_LIMIT);
-        return { code: 'OK', statuses };
+        const decision: Decision = { code: 'OK', statuses };
+        observe?.(event(check, decision, { unknownDomain: true }));
+        return decision;
       }
 
+      const nodes = descriptors.map((descriptor) => matchRule(domain, descriptor.entries));
+      const replaced = replacedNames(descriptors, nodes);
       const counters: CounterCheck[] = [];
-      const limits = new Array<Limit | undefined>(descriptors.length);
-      const slots = new Array<number>(descriptors.length);
-      for (let i = 0; i < descriptors.length; i++) {
-        const descriptor = descriptors[i] as Descriptor;
-        const node = matchRule(domain, descriptor.entries);
-        let limit = node?.limit;
-        if (descriptor.limit !== undefined) {
-          limit = overrideLimit(descriptor.limit, limit, defaultAlgorithm, i);
-        } else if (node?.unlimited) {
-          statuses[i] = UNLIMITED;
+      const counted: Counted[] = [];
+      for (let index = 0; index < descriptors.length; index++) {
+        const descriptor = descriptors[index] as Descriptor;
+        const node = nodes[index];
+        const override = descriptor.limit;
+        if (override === undefined && node?.unlimited) {
+          statuses[index] = UNLIMITED;
           continue;
         }
-        if (limit === undefined) {
-          statuses[i] = NO_LIMIT;
+        const limit = override
+          ? overrideLimit(override, node?.limit, defaultAlgorithm, index)
+          : node?.limit;
+        // A replaced limit is neither checked nor consumed.
+        if (limit === undefined || (!override && replaced?.has(limit.name))) {
+          statuses[index] = NO_LIMIT;
           continue;
         }
+        // A caller's override is always enforced, as in the reference.
+        const shadow = !override && node?.shadowMode === true;
+        const quota = !override && !shadow && node?.quotaMode === true;
         const cost = costOf(descriptor, check.hitsAddend);
         const key = counterKey(
           keyPrefix,
           check.domain,
-          descriptor.entries,
+          override || node === undefined
+            ? descriptor.entries
+            : counterEntries(descriptor.entries, node),
           domain.tenantKey,
           limit.algorithm,
           limit.windowMs,
         );
-        let slot = 0;
-        while (slot < counters.length && (counters[slot] as CounterCheck).key !== key) slot++;
-        if (slot === counters.length) {
-          counters.push({
-            key,
-            algorithm: limit.algorithm,
-            windowMs: limit.windowMs,
-            limit: limit.requestsPerUnit,
-            burst: limit.burst,
-            cost,
-          });
-        } else {
-          // Descriptors on one counter add up their costs; differing limits take the strictest.
-          const counter = counters[slot] as CounterCheck;
-          counter.cost = Math.min(COST_CAP, counter.cost + cost);
-          counter.limit = Math.min(counter.limit, limit.requestsPerUnit);
-          counter.burst = Math.min(counter.burst, limit.burst);
-        }
-        limits[i] = limit;
-        slots[i] = slot;
+        const slot = addCounter(counters, key, limit, cost, shadow, quota);
+        counted.push({
+          index,
+          limit,
+          node: override ? undefined : node,
+          slot,
+          cost,
+          shadow,
+          quota,
+        });
       }
-      if (counters.length === 0) return { code: 'OK', statuses };
+      if (counters.length === 0) {
+        const decision = finish(nodes, statuses, 'OK', []);
+        observe?.(event(check, decision, {}));
+        return decision;
+      }
 
-      let outcome;
+      let outcome: StoreDecision;
+      const started = observe ? performance.now() : 0;
       try {
         outcome = await store.decide(counters, clock?.());
       } catch (error) {
         if (!(error instanceof StoreError)) throw error;
-        options.onStoreError?.(error);
-        return failureDecision(options.failureMode, error, statuses, limits, currentLimit);
+        const storeMs = observe ? performance.now() - started : 0;
+        if (options.failureMode === 'error') {
+          observe?.(event(check, undefined, { storeError: error, storeMs }));
+          throw error;
+        }
+        const decision = failureDecision(options.failureMode, statuses, counted, currentLimit);
+        observe?.(event(check, decision, { storeError: error, storeMs }));
+        return decision;
       }
+      const storeMs = observe ? performance.now() - started : 0;
 
-      for (let i = 0; i < descriptors.length; i++) {
-        const limit = limits[i];
-        if (limit === undefined) continue;
-        const result = outcome.results[slots[i] as number];
+      const candidates: HeaderCandidate[] = [];
+      const rules: RuleOutcome[] = [];
+      for (const { index, limit, node, slot, cost, shadow } of counted) {
+        const result = outcome.results[slot];
         if (result === undefined) throw new Error('store returned fewer results than counters');
+        const over = !result.fits;
         const status: DescriptorStatus = {
-          code: outcome.allowed || result.fits ? 'OK' : 'OVER_LIMIT',
+          // A shadow rule always reports OK; a quota descriptor says whether its own quota is over.
+          code: shadow || !over ? 'OK' : 'OVER_LIMIT',
           currentLimit: currentLimit(limit),
           limitRemaining: result.remaining,
         };
         if (result.resetMs !== NEVER) status.durationUntilResetMs = result.resetMs;
-        statuses[i] = status;
+        statuses[index] = status;
+        if (!shadow) candidates.push({ limit, status });
+        if (observe) {
+          const capacity = limit.algorithm === 'token_bucket' ? limit.burst : limit.requestsPerUnit;
+          const entries = (descriptors[index] as Descriptor).entries;
+          const key = node
+            ? metricKeyOf(node, entries)
+            : { parts: entriesMetricKey(entries), detailed: true };
+          rules.push({
+            domain: check.domain,
+            metricKey: key.parts,
+            detailed: key.detailed,
+            hits: cost,
+            over,
+            near: !over && result.remaining <= capacity * (1 - nearRatio),
+            shadowed: over && shadow,
+          });
+        }
       }
-      return { code: outcome.allowed ? 'OK' : 'OVER_LIMIT', statuses };
+
+      const denied = !outcome.allowed;
+      const globalShadow = denied && options.shadowMode === true;
+      const code = denied && !globalShadow ? 'OVER_LIMIT' : 'OK';
+      const headers = responseHeaders(candidates, code === 'OVER_LIMIT', options.referenceHeaders);
+      const decision = finish(nodes, statuses, code, headers);
+      observe?.(event(check, decision, { storeMs, globalShadow, rules }));
+      return decision;
     },
   };
+
+  function finish(
+    nodes: (RuleNode | undefined)[],
+    statuses: DescriptorStatus[],
+    code: Decision['code'],
+    headers: Decision['headers'],
+  ): Decision {
+    const decision: Decision = { code, statuses };
+    if (headers !== undefined && headers.length > 0) decision.headers = headers;
+    if (options.dynamicMetadata) {
+      const metadata = mergedMetadata(nodes);
+      if (metadata !== undefined) decision.dynamicMetadata = metadata;
+    }
+    return decision;
+  }
+}
+
+function event(
+  check: Check,
+  decision: Decision | undefined,
+  fields: Partial<Parameters<CheckObserver>[0]>,
+): Parameters<CheckObserver>[0] {
+  return {
+    check,
+    decision,
+    storeError: undefined,
+    storeMs: 0,
+    unknownDomain: false,
+    globalShadow: false,
+    rules: [],
+    ...fields,
+  };
+}
+
+/** The names that the request's matched limits replace; undefined when none does. */
+function replacedNames(
+  descriptors: readonly Descriptor[],
+  nodes: readonly (RuleNode | undefined)[],
+): Set<string> | undefined {
+  let names: Set<string> | undefined;
+  for (let i = 0; i < nodes.length; i++) {
+    const limit = nodes[i]?.limit;
+    if (limit === undefined || descriptors[i]?.limit !== undefined) continue;
+    for (const name of limit.replaces) (names ??= new Set()).add(name);
+  }
+  return names;
+}
+
+/** Adds the descriptor to its counter, or to a new one; returns the counter's slot. */
+function addCounter(
+  counters: CounterCheck[],
+  key: string,
+  limit: Limit,
+  cost: number,
+  shadow: boolean,
+  quota: boolean,
+): number {
+  let slot = 0;
+  while (slot < counters.length && (counters[slot] as CounterCheck).key !== key) slot++;
+  const counter = counters[slot];
+  if (counter === undefined) {
+    counters.push({
+      key,
+      algorithm: limit.algorithm,
+      windowMs: limit.windowMs,
+      limit: limit.requestsPerUnit,
+      burst: limit.burst,
+      cost,
+      shadow,
+      quota,
+      overdraw: limit.overdraw,
+    });
+    return slot;
+  }
+  // Descriptors on one counter add up their costs; differing limits take the strictest, and an
+  // enforced descriptor makes the counter enforced.
+  counter.cost = Math.min(COST_CAP, counter.cost + cost);
+  counter.limit = Math.min(counter.limit, limit.requestsPerUnit);
+  counter.burst = Math.min(counter.burst, limit.burst);
+  counter.shadow &&= shadow;
+  counter.quota &&= quota;
+  counter.overdraw ||= limit.overdraw;
+  return slot;
+}
+
+/**
+ * The entries a counter is keyed by: the request's, except at levels matched by a
+ * `share_threshold` wildcard, where every matching value shares the pattern's counter.
+ */
+function counterEntries(entries: readonly Entry[], node: RuleNode): readonly Entry[] {
+  let shared: Entry[] | undefined;
+  let level = entries.length - 1;
+  for (let at: RuleNode | undefined = node; at !== undefined; at = at.parent, level--) {
+    const entry = entries[level];
+    if (!at.shareThreshold || entry === undefined) continue;
+    shared ??= entries.slice();
+    shared[level] = { key: entry.key, value: at.value ?? '' };
+  }
+  return shared ?? entries;
+}
+
+/** Matched rules' metadata merged in request order, later keys winning. */
+function mergedMetadata(
+  nodes: readonly (RuleNode | undefined)[],
+): Record<string, JsonValue> | undefined {
+  let merged: Record<string, JsonValue> | undefined;
+  for (const node of nodes) {
+    if (node?.metadata !== undefined) merged = { ...merged, ...node.metadata };
+  }
+  return merged;
 }
 
 /** The descriptor's own cost wins over the request's; the request's 0 means 1. */
@@ -186,17 +371,13 @@ function describeLimit(limit: Limit): CurrentLimit {
 }
 
 function failureDecision(
-  mode: FailureMode,
-  error: StoreError,
+  mode: 'allow' | 'deny',
   statuses: DescriptorStatus[],
-  limits: (Limit | undefined)[],
+  counted: readonly Counted[],
   currentLimit: (limit: Limit) => CurrentLimit,
 ): Decision {
-  if (mode === 'error') throw error;
-  for (let i = 0; i < statuses.length; i++) {
-    const limit = limits[i];
-    if (limit === undefined) continue;
-    statuses[i] =
+  for (const { index, limit } of counted) {
+    statuses[index] =
       mode === 'deny'
         ? { code: 'OVER_LIMIT', currentLimit: currentLimit(limit), limitRemaining: 0 }
         : NO_LIMIT;

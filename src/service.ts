@@ -52,8 +52,15 @@ export function createService(options: ServiceOptions): Service {
     defaultAlgorithm: settings.defaultAlgorithm,
     keyPrefix: settings.cacheKeyPrefix,
     failureMode: settings.failureMode,
-    onStoreError: (error) =>
-      logger.warn({ kind: error.kind, failureMode: settings.failureMode }, error.message),
+    shadowMode: settings.shadowMode,
+    dynamicMetadata: settings.responseDynamicMetadata,
+    referenceHeaders: settings.limitHeaders.enabled ? settings.limitHeaders : undefined,
+    nearLimitRatio: settings.metrics.nearLimitRatio,
+    observe: (event) => {
+      const error = event.storeError;
+      if (error)
+        logger.warn({ kind: error.kind, failureMode: settings.failureMode }, error.message);
+    },
   });
 
   const server = createGrpcServer({

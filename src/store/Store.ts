@@ -4,8 +4,11 @@ import type { Algorithm } from '../rules/types.js';
  * The seam between the limiter and where counters live.
  *
  * Invariants every store keeps:
- * - `decide` is atomic: either every counter fits its cost and every cost is consumed, or nothing
- *   is consumed anywhere. No other decision interleaves with it.
+ * - `decide` is atomic: no other decision interleaves with it.
+ * - All or nothing: the request is allowed when every enforced counter fits and, if it has quota
+ *   counters, one of them fits. Then the enforced counters and the fitting quota counters are
+ *   consumed; otherwise none is. Shadow counters are consumed when they fit, and overdraw
+ *   counters always, saturating at their limit, whatever the others do.
  * - It makes one round trip to its backend (one Redis script call on a single Redis).
  * - Time never runs backwards for a counter: a decision uses the later of `nowMs` (or the store's
  *   own clock) and the time last written to the counter.
@@ -37,6 +40,12 @@ export interface CounterCheck {
    * consuming: the counter fits when one unit would fit.
    */
   cost: number;
+  /** Outside the all-or-nothing gate: consumed when it fits, never blocks the others. */
+  shadow: boolean;
+  /** Blocks the request only when every quota counter of it is over. */
+  quota: boolean;
+  /** Consumed even when over, saturating at the limit. */
+  overdraw: boolean;
 }
 
 /** Larger than any limit or burst (both are uint32), and exact as a double. */
@@ -54,7 +63,7 @@ export interface CounterResult {
 export const NEVER = -1;
 
 export interface StoreDecision {
-  /** Every counter fit, so every cost was consumed. */
+  /** The request is allowed (see the invariants above). */
   allowed: boolean;
   results: CounterResult[];
 }

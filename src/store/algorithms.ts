@@ -115,7 +115,7 @@ const fixedWindow: AlgorithmImpl = {
     const reset = s.window - s.e;
     let write: CounterState | undefined;
     if (commit && cost > 0) {
-      s.c += cost;
+      s.c = Math.max(s.c, Math.min(s.c + cost, limit));
       write = { t: s.now, w: s.index, c: s.c };
     }
     return { remaining: Math.max(0, limit - s.c), reset, write, ttl: reset };
@@ -134,12 +134,12 @@ const slidingWindow: AlgorithmImpl = {
     const W = s.window;
     const e = s.e;
     let write: CounterState | undefined;
-    if (commit && cost > 0) {
-      s.c += cost;
-      write = { t: s.now, w: s.index, c: s.c, p: s.p };
-    }
     const [floor, rest] = mulDiv(s.p, W - e, W);
     const weighted = rest > 0 ? floor + 1 : floor;
+    if (commit && cost > 0) {
+      s.c = Math.max(s.c, Math.min(s.c + cost, limit - weighted));
+      write = { t: s.now, w: s.index, c: s.c, p: s.p };
+    }
     const remaining = Math.max(0, limit - s.c - weighted);
 
     const need = Math.max(cost, 1);
@@ -177,8 +177,8 @@ const tokenBucket: AlgorithmImpl = {
   },
   settle(st, _limit, cost, fits, commit) {
     let write: CounterState | undefined;
-    if (commit && cost > 0) {
-      st.tokens -= cost * st.scale;
+    if (commit && cost > 0 && st.full > 0) {
+      st.tokens = Math.max(0, st.tokens - cost * st.scale);
       write = { t: st.now, k: st.tokens, s: st.scale };
     }
     let reset: number;

@@ -46,25 +46,40 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store & { s
       const now = nowMs ?? clock();
       const states: Loaded[] = [];
       const verdicts: (boolean | undefined)[] = [];
-      let allowed = true;
+      let enforced = true;
+      let quotas = 0;
+      let quotaFits = false;
       for (const check of checks) {
         const algorithm = ALGORITHM_IMPLS[check.algorithm];
         const state = algorithm.load(read(check.key, now), now, check.windowMs);
         const fits = algorithm.fits(state, check.limit, check.burst, Math.max(check.cost, 1));
         states.push(state);
         verdicts.push(fits);
-        if (!fits) allowed = false;
+        if (check.shadow) continue;
+        if (check.quota) {
+          quotas += 1;
+          if (fits) quotaFits = true;
+        } else if (!fits) {
+          enforced = false;
+        }
       }
+      const allowed = enforced && (quotas === 0 || quotaFits);
 
       const results = checks.map((check, i) => {
         const state = states[i] as Loaded;
         const fits = verdicts[i];
+        let commit = check.shadow
+          ? fits === true
+          : check.quota
+            ? allowed && fits === true
+            : allowed;
+        if (check.overdraw) commit = true;
         const settled = ALGORITHM_IMPLS[check.algorithm].settle(
           state,
           check.limit,
           check.cost,
           fits,
-          allowed,
+          commit,
         );
         if (settled.write) {
           // Lifetimes count from the counter's own time, which never runs backwards.

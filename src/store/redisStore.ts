@@ -54,6 +54,7 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
           check.limit,
           check.burst,
           check.cost,
+          (check.shadow ? 1 : 0) + (check.quota ? 2 : 0) + (check.overdraw ? 4 : 0),
         );
       }
       let reply: number[];

@@ -7,7 +7,8 @@ import type { CounterCheck, Store } from '../../src/store/Store.js';
 import { startRedis, type TestRedis } from '../support/redis.js';
 
 // Random request traces on one injected clock, through the in-memory store and through Redis:
-// every decision must be identical, since the TypeScript algorithms mirror the Lua ones.
+// every decision must be identical, since the TypeScript algorithms mirror the Lua ones, with
+// every mix of shadow, quota and overdraw counters.
 
 let redis: TestRedis;
 let store: Store;
@@ -38,6 +39,9 @@ const counterSpec = fc.record({
   windowMs: fc.constantFrom(1_000, 7_000, 60_000, 3_600_000, 31_536_000_000),
   limit: fc.oneof(fc.integer({ min: 0, max: 12 }), fc.constantFrom(1_000, 4_294_967_295)),
   extraBurst: fc.integer({ min: 0, max: 5 }),
+  shadow: fc.boolean(),
+  quota: fc.boolean(),
+  overdraw: fc.boolean(),
 });
 const step = fc.record({
   advanceMs: fc.oneof(fc.integer({ min: 0, max: 50 }), fc.integer({ min: 0, max: 90_000 })),
@@ -77,6 +81,9 @@ describe('the in-memory store and Redis', () => {
                       ? spec.limit
                       : burst,
                   cost,
+                  shadow: spec.shadow,
+                  quota: spec.quota,
+                  overdraw: spec.overdraw,
                 };
               });
               const inMemory = await memory.decide(checks, now);
@@ -88,7 +95,7 @@ describe('the in-memory store and Redis', () => {
           }
         },
       ),
-      { numRuns: 150 },
+      { numRuns: 300 },
     );
   }, 120_000);
 });

@@ -1,0 +1,96 @@
+import type { DescriptorStatus, Header } from './check.js';
+import type { Limit } from './rules/types.js';
+
+/**
+ * Response headers, from the statuses of a decision (draft-ietf-httpapi-ratelimit-headers-10):
+ *
+ *   RateLimit-Policy: "NAME";q=QUOTA;w=WINDOW_SECONDS
+ *   RateLimit: "NAME";r=REMAINING;t=SECONDS_UNTIL_RESET
+ *   Retry-After: SECONDS        (OVER_LIMIT only: the longest reset among the denying descriptors)
+ *
+ * They describe the enforced, limited descriptor with the smallest remaining (a tie goes to the
+ * longer reset). A token bucket's quota is its burst B, over ceil(B/R) seconds. The reference's
+ * RateLimit-Limit/-Remaining/-Reset trio can be added under configurable names.
+ */
+export interface HeaderCandidate {
+  limit: Limit;
+  status: DescriptorStatus;
+}
+
+export interface ReferenceHeaderNames {
+  limit: string;
+  remaining: string;
+  reset: string;
+}
+
+export function responseHeaders(
+  candidates: readonly HeaderCandidate[],
+  denied: boolean,
+  reference: ReferenceHeaderNames | undefined,
+): Header[] {
+  let best: HeaderCandidate | undefined;
+  let retryAfterMs: number | undefined;
+  for (const candidate of candidates) {
+    const { status } = candidate;
+    const reset = status.durationUntilResetMs;
+    if (denied && status.code === 'OVER_LIMIT' && reset !== undefined) {
+      retryAfterMs = Math.max(retryAfterMs ?? 0, reset);
+    }
+    if (
+      best === undefined ||
+      status.limitRemaining < best.status.limitRemaining ||
+      (status.limitRemaining === best.status.limitRemaining &&
+        (reset ?? -1) > (best.status.durationUntilResetMs ?? -1))
+    ) {
+      best = candidate;
+    }
+  }
+  if (best === undefined) return [];
+
+  const { limit, status } = best;
+  const name = `"${policyName(limit.name)}"`;
+  const windowSeconds = limit.windowMs / 1000;
+  const [quota, window] =
+    limit.algorithm === 'token_bucket'
+      ? [
+          limit.burst,
+          limit.requestsPerUnit > 0
+            ? Math.ceil((limit.burst * windowSeconds) / limit.requestsPerUnit)
+            : windowSeconds,
+        ]
+      : [limit.requestsPerUnit, windowSeconds];
+  const resetSeconds =
+    status.durationUntilResetMs === undefined
+      ? undefined
+      : Math.ceil(status.durationUntilResetMs / 1000);
+
+  const headers: Header[] = [
+    { key: 'RateLimit-Policy', value: `${name};q=${quota};w=${window}` },
+    {
+      key: 'RateLimit',
+      value: `${name};r=${status.limitRemaining}${resetSeconds === undefined ? '' : `;t=${resetSeconds}`}`,
+    },
+  ];
+  if (retryAfterMs !== undefined) {
+    headers.push({ key: 'Retry-After', value: String(Math.ceil(retryAfterMs / 1000)) });
+  }
+  if (reference !== undefined) {
+    headers.push(
+      { key: reference.limit, value: String(limit.requestsPerUnit) },
+      { key: reference.remaining, value: String(status.limitRemaining) },
+      { key: reference.reset, value: String(resetSeconds ?? windowSeconds) },
+    );
+  }
+  return headers;
+}
+
+/** A structured-field string holds printable ASCII, with `"` and `\` escaped. */
+function policyName(name: string): string {
+  if (name === '') return 'default';
+  let safe = '';
+  for (const char of name) {
+    const code = char.charCodeAt(0);
+    safe += char === '"' || char === '\\' ? `\\${char}` : code >= 0x20 && code < 0x7f ? char : '_';
+  }
+  return safe;
+}
