@@ -5,6 +5,7 @@
 import { isUtf8 } from 'node:buffer';
 import protobuf from 'protobufjs';
 import type { Check, Decision, Descriptor, OverrideUnit, ReportedUnit } from '../check.js';
+import type { JsonValue } from '../rules/types.js';
 import { InvalidRequestError } from '../errors.js';
 import { loadProtoRoot } from './protos.js';
 
@@ -184,7 +185,10 @@ const reportedUnits: Record<ReportedUnit, number> = {
 const UINT32_MAX = 0xffffffff;
 
 /** The RLS response for a decision. Throws on a code that is not OK or OVER_LIMIT. */
-export function encodeResponse(decision: Decision, headers?: readonly ResponseHeader[]): Buffer {
+export function encodeResponse(
+  decision: Decision,
+  headers: readonly ResponseHeader[] | undefined = decision.headers,
+): Buffer {
   const bytes = responseType
     .encode({
       overall_code: code(decision.code),
@@ -202,6 +206,7 @@ export function encodeResponse(decision: Decision, headers?: readonly ResponseHe
             : duration(status.durationUntilResetMs),
       })),
       response_headers_to_add: headers,
+      dynamic_metadata: decision.dynamicMetadata && toStruct(decision.dynamicMetadata),
     })
     .finish();
   return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
@@ -220,4 +225,20 @@ function clampUint32(value: number): number {
 function duration(ms: number): { seconds: number; nanos: number } {
   const whole = Math.max(0, Math.ceil(ms));
   return { seconds: Math.floor(whole / 1000), nanos: (whole % 1000) * 1_000_000 };
+}
+
+/** JSON as google.protobuf.Struct, in the field names of protobufjs's bundled well-known types. */
+function toStruct(object: Readonly<Record<string, JsonValue>>): { fields: Record<string, object> } {
+  const fields: Record<string, object> = {};
+  for (const [key, value] of Object.entries(object)) fields[key] = toValue(value);
+  return { fields };
+}
+
+function toValue(value: JsonValue): object {
+  if (value === null) return { nullValue: 0 };
+  if (typeof value === 'number') return { numberValue: value };
+  if (typeof value === 'string') return { stringValue: value };
+  if (typeof value === 'boolean') return { boolValue: value };
+  if (Array.isArray(value)) return { listValue: { values: value.map(toValue) } };
+  return { structValue: toStruct(value) };
 }

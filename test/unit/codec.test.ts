@@ -262,6 +262,36 @@ describe('encoding a response', () => {
     });
   });
 
+  it('writes the decision headers, and metadata as a dynamic_metadata Struct', () => {
+    const decision: Decision = {
+      code: 'OK',
+      statuses: [{ code: 'OK', limitRemaining: 1 }],
+      headers: [{ key: 'RateLimit', value: '"default";r=1;t=2' }],
+      dynamicMetadata: {
+        plan: 'gold',
+        weight: 2,
+        beta: true,
+        none: null,
+        tags: ['a', 1],
+        nested: { k: 'v' },
+      },
+    };
+    const decoded = decodeResponse(encodeResponse(decision));
+    expect(decoded.response_headers_to_add).toEqual([
+      { key: 'RateLimit', value: '"default";r=1;t=2' },
+    ]);
+    expect(decoded.dynamic_metadata).toEqual({
+      fields: {
+        plan: { stringValue: 'gold' },
+        weight: { numberValue: 2 },
+        beta: { boolValue: true },
+        none: { nullValue: 'NULL_VALUE' },
+        tags: { listValue: { values: [{ stringValue: 'a' }, { numberValue: 1 }] } },
+        nested: { structValue: { fields: { k: { stringValue: 'v' } } } },
+      },
+    });
+  });
+
   it('never encodes an overall_code of UNKNOWN', () => {
     const bogus = { code: 'UNKNOWN', statuses: [] } as unknown as Decision;
     expect(() => encodeResponse(bogus)).toThrow(/cannot encode decision code UNKNOWN/);
