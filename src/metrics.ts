@@ -1,0 +1,322 @@
+/**
+ * Prometheus metrics on a private registry. This is the only module that imports prom-client.
+ *
+ * The `ratelimit_service_*` series have the names and labels that envoyproxy/ratelimit exposes
+ * through its default statsd-exporter mapping, so dashboards built for it keep working.
+ *
+ * Per rule (counters, labels `domain`, `key1`, `key2`; incremented by the descriptor's cost):
+ * - `ratelimit_service_rate_limit_total_hits`: every hit on the rule.
+ * - `ratelimit_service_rate_limit_over_limit`: hits the counter could not take.
+ * - `ratelimit_service_rate_limit_within_limit`: hits within the limit.
+ * - `ratelimit_service_rate_limit_near_limit`: hits within the limit that left the counter at or
+ *   above NEAR_LIMIT_RATIO of it (also counted in within_limit).
+ * - `ratelimit_service_rate_limit_shadow_mode`: over-limit hits that shadow mode let through
+ *   (also counted in over_limit).
+ *
+ * `key1` and `key2` come from the reference's stats key, `DOMAIN.PART1.PART2...`, each part `key`
+ * or `key_value`: `key1` is the first part and `key2` the second (`""` for a one-level rule). The
+ * reference's mapping drops deeper parts; here parts 2 and beyond are joined by '.' into `key2`, so
+ * a three-level rule keeps its own series.
+ *
+ * Descriptor-valued keys (detailed_metric, value_to_metric) are capped: at most
+ * METRICS_MAX_DETAILED_SERIES distinct label sets in total. Past that, their hits go to one series
+ * per domain, `{domain="D",key1="_overflow",key2=""}`, and each such outcome is counted in
+ * `tollgate_metrics_detailed_overflow_total`.
+ *
+ * Service (the reference's names):
+ * - `ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}`: RPCs answered.
+ * - `ratelimit_service_response_time_seconds{grpc_method="ShouldRateLimit"}`: RPC latency.
+ * - `ratelimit_service_should_rate_limit_error{err_type}`: store failures, by StoreError kind
+ *   (timeout, connection, unavailable, ...).
+ * - `ratelimit_service_global_shadow_mode`: denials that global SHADOW_MODE turned into OK.
+ * - `ratelimit_service_config_load_success`, `ratelimit_service_config_load_error`: rules loads.
+ *
+ * tollgate's own:
+ * - `tollgate_check_duration_seconds{outcome}`: RPC latency by answer: ok, over_limit, invalid,
+ *   unavailable, internal.
+ * - `tollgate_store_duration_seconds`: time in the store, for checks that called it.
+ * - `tollgate_store_errors_total{kind}`: store failures, by StoreError kind.
+ * - `tollgate_domain_not_found_total`: checks for a domain without rules. No domain label: clients
+ *   choose the domain, so it would be unbounded.
+ * - `tollgate_config_loads_total{result="success"|"error"}`: rules loads and reloads.
+ * - `tollgate_metrics_detailed_overflow_total`: rule outcomes reported under `_overflow`.
+ * - `tollgate_process_*`, `tollgate_nodejs_*`: prom-client's process and Node.js metrics.
+ */
+
+import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { CheckEvent, RuleOutcome } from './outcome.js';
+
+export type RpcOutcome = 'ok' | 'over_limit' | 'invalid' | 'unavailable' | 'internal';
+
+export interface MetricsOptions {
+  /** Distinct label sets for descriptor-valued keys, in total (METRICS_MAX_DETAILED_SERIES). */
+  maxDetailedSeries: number;
+  /** prom-client's process and Node.js metrics, prefixed `tollgate_`. Default true. */
+  defaultMetrics?: boolean;
+}
+
+export interface Metrics {
+  /** The limiter's CheckObserver: one call per check. Cheap, and never throws. */
+  observe(event: CheckEvent): void;
+  /** One call per ShouldRateLimit RPC, whatever its answer. */
+  observeLatency(seconds: number, outcome: RpcOutcome): void;
+  /** One call per rules load or reload. */
+  configLoad(ok: boolean): void;
+  /** The Content-Type of `text()`. */
+  readonly contentType: string;
+  /** The text exposition, for GET /metrics. */
+  text(): Promise<string>;
+  readonly registry: Registry;
+}
+
+/** The name of the series that descriptor-valued keys fall into past the cap. */
+export const OVERFLOW_KEY = '_overflow';
+
+/** From a sub-millisecond answer to a slow one; includes every default bucket up to 1 s. */
+const LATENCY_BUCKETS = [
+  0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+];
+const RPC_OUTCOMES: readonly RpcOutcome[] = [
+  'ok',
+  'over_limit',
+  'invalid',
+  'unavailable',
+  'internal',
+];
+const RULE_LABELS = ['domain', 'key1', 'key2'] as const;
+
+type RuleLabels = Record<(typeof RULE_LABELS)[number], string>;
+
+/**
+ * One rule's counts not yet handed to prom-client. `observe` only adds to these numbers; they are
+ * moved into the counters when the registry is read, so the hot path does no label hashing.
+ */
+interface RuleSeries {
+  labels: RuleLabels;
+  totalHits: number;
+  overLimit: number;
+  nearLimit: number;
+  withinLimit: number;
+  shadowMode: number;
+}
+
+export function createMetrics(options: MetricsOptions): Metrics {
+  const registry = new Registry();
+  const registers = [registry];
+  if (options.defaultMetrics ?? true) {
+    collectDefaultMetrics({ register: registry, prefix: 'tollgate_' });
+  }
+
+  const series: RuleSeries[] = [];
+  const byLabels = new Map<string, Map<string, Map<string, RuleSeries>>>();
+  let detailedSeries = 0;
+  const flush = (): void => {
+    for (const s of series) {
+      if (s.totalHits > 0) totalHits.inc(s.labels, s.totalHits);
+      if (s.overLimit > 0) overLimit.inc(s.labels, s.overLimit);
+      if (s.nearLimit > 0) nearLimit.inc(s.labels, s.nearLimit);
+      if (s.withinLimit > 0) withinLimit.inc(s.labels, s.withinLimit);
+      if (s.shadowMode > 0) shadowMode.inc(s.labels, s.shadowMode);
+      s.totalHits = s.overLimit = s.nearLimit = s.withinLimit = s.shadowMode = 0;
+    }
+  };
+  const ruleCounter = (name: string, help: string) =>
+    new Counter({ name, help, labelNames: RULE_LABELS, registers, collect: flush });
+
+  const totalHits = ruleCounter(
+    'ratelimit_service_rate_limit_total_hits',
+    'Hits on a rule, by the descriptor cost.',
+  );
+  const overLimit = ruleCounter(
+    'ratelimit_service_rate_limit_over_limit',
+    'Hits on a rule that were over its limit.',
+  );
+  const nearLimit = ruleCounter(
+    'ratelimit_service_rate_limit_near_limit',
+    'Hits within a rule limit that left it at or above the near-limit ratio.',
+  );
+  const withinLimit = ruleCounter(
+    'ratelimit_service_rate_limit_within_limit',
+    'Hits on a rule that were within its limit.',
+  );
+  const shadowMode = ruleCounter(
+    'ratelimit_service_rate_limit_shadow_mode',
+    'Over-limit hits on a rule that shadow mode let through.',
+  );
+  const shouldRateLimitError = new Counter({
+    name: 'ratelimit_service_should_rate_limit_error',
+    help: 'Checks whose store call failed, by error type.',
+    labelNames: ['err_type'] as const,
+    registers,
+  });
+  const configLoadSuccess = new Counter({
+    name: 'ratelimit_service_config_load_success',
+    help: 'Rules loads that succeeded.',
+    registers,
+  });
+  const configLoadError = new Counter({
+    name: 'ratelimit_service_config_load_error',
+    help: 'Rules loads that failed.',
+    registers,
+  });
+  const globalShadowMode = new Counter({
+    name: 'ratelimit_service_global_shadow_mode',
+    help: 'Over-limit requests that global shadow mode let through.',
+    registers,
+  });
+  const totalRequests = new Counter({
+    name: 'ratelimit_service_total_requests',
+    help: 'RPCs answered.',
+    labelNames: ['grpc_method'] as const,
+    registers,
+  });
+  const responseTime = new Histogram({
+    name: 'ratelimit_service_response_time_seconds',
+    help: 'RPC latency in seconds.',
+    labelNames: ['grpc_method'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers,
+  });
+  const checkDuration = new Histogram({
+    name: 'tollgate_check_duration_seconds',
+    help: 'RPC latency in seconds, by outcome.',
+    labelNames: ['outcome'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers,
+  });
+  const storeDuration = new Histogram({
+    name: 'tollgate_store_duration_seconds',
+    help: 'Time spent in the store per check, in seconds.',
+    buckets: LATENCY_BUCKETS,
+    registers,
+  });
+  const storeErrors = new Counter({
+    name: 'tollgate_store_errors_total',
+    help: 'Store failures, by kind.',
+    labelNames: ['kind'] as const,
+    registers,
+  });
+  const domainNotFound = new Counter({
+    name: 'tollgate_domain_not_found_total',
+    help: 'Checks for a domain that has no rules.',
+    registers,
+  });
+  const configLoads = new Counter({
+    name: 'tollgate_config_loads_total',
+    help: 'Rules loads and reloads, by result.',
+    labelNames: ['result'] as const,
+    registers,
+  });
+  const detailedOverflow = new Counter({
+    name: 'tollgate_metrics_detailed_overflow_total',
+    help: 'Rule outcomes reported under key1="_overflow" because the detailed series were capped.',
+    registers,
+  });
+
+  // Children bound once: labels() hashes its arguments on every call.
+  const shouldRateLimit = { grpc_method: 'ShouldRateLimit' };
+  const requestsChild = totalRequests.labels(shouldRateLimit);
+  const responseTimeChild = responseTime.labels(shouldRateLimit);
+  const checkDurationChild = new Map(RPC_OUTCOMES.map((o) => [o, checkDuration.labels(o)]));
+  const storeErrorChildren = new Map<string, { inc(): void }[]>();
+  const loadSuccess = configLoads.labels('success');
+  const loadError = configLoads.labels('error');
+  // Known results start at 0, so increase() and alerts see the first error.
+  loadSuccess.inc(0);
+  loadError.inc(0);
+
+  function find(domain: string, key1: string, key2: string): RuleSeries | undefined {
+    return byLabels.get(domain)?.get(key1)?.get(key2);
+  }
+
+  function add(domain: string, key1: string, key2: string): RuleSeries {
+    const s: RuleSeries = {
+      labels: { domain, key1, key2 },
+      totalHits: 0,
+      overLimit: 0,
+      nearLimit: 0,
+      withinLimit: 0,
+      shadowMode: 0,
+    };
+    let byKey1 = byLabels.get(domain);
+    if (byKey1 === undefined) byLabels.set(domain, (byKey1 = new Map()));
+    let byKey2 = byKey1.get(key1);
+    if (byKey2 === undefined) byKey1.set(key1, (byKey2 = new Map()));
+    byKey2.set(key2, s);
+    series.push(s);
+    return s;
+  }
+
+  function seriesOf(rule: RuleOutcome): RuleSeries {
+    const key = rule.metricKey;
+    const key1 = key[0] ?? '';
+    // Two levels map as the reference does; deeper parts join key2 rather than being lost.
+    const key2 = key.length <= 2 ? (key[1] ?? '') : key.slice(1).join('.');
+    const known = find(rule.domain, key1, key2);
+    if (known !== undefined) return known;
+    if (!rule.detailed) return add(rule.domain, key1, key2);
+    if (detailedSeries < options.maxDetailedSeries) {
+      detailedSeries++;
+      return add(rule.domain, key1, key2);
+    }
+    detailedOverflow.inc();
+    return find(rule.domain, OVERFLOW_KEY, '') ?? add(rule.domain, OVERFLOW_KEY, '');
+  }
+
+  function countStoreError(kind: string): void {
+    let children = storeErrorChildren.get(kind);
+    if (children === undefined) {
+      children = [shouldRateLimitError.labels(kind), storeErrors.labels(kind)];
+      storeErrorChildren.set(kind, children);
+    }
+    for (const child of children) child.inc();
+  }
+
+  return {
+    observe(event: CheckEvent): void {
+      try {
+        for (const rule of event.rules) {
+          const hits = rule.hits;
+          if (!(hits >= 0 && hits <= Number.MAX_SAFE_INTEGER)) continue;
+          const s = seriesOf(rule);
+          s.totalHits += hits;
+          if (rule.over) s.overLimit += hits;
+          else {
+            s.withinLimit += hits;
+            if (rule.near) s.nearLimit += hits;
+          }
+          if (rule.shadowed) s.shadowMode += hits;
+        }
+        if (event.storeError !== undefined) countStoreError(event.storeError.kind);
+        if (event.storeMs > 0 || event.storeError !== undefined) {
+          storeDuration.observe(Math.max(0, event.storeMs) / 1000);
+        }
+        if (event.unknownDomain) domainNotFound.inc();
+        if (event.globalShadow) globalShadowMode.inc();
+      } catch {
+        // Metrics must never fail a check; a malformed event is dropped.
+      }
+    },
+
+    observeLatency(seconds: number, outcome: RpcOutcome): void {
+      requestsChild.inc();
+      if (!(seconds >= 0 && Number.isFinite(seconds))) return;
+      responseTimeChild.observe(seconds);
+      checkDurationChild.get(outcome)?.observe(seconds);
+    },
+
+    configLoad(ok: boolean): void {
+      if (ok) {
+        configLoadSuccess.inc();
+        loadSuccess.inc();
+      } else {
+        configLoadError.inc();
+        loadError.inc();
+      }
+    },
+
+    contentType: registry.contentType,
+    text: () => registry.metrics(),
+    registry,
+  };
+}
