@@ -1,0 +1,213 @@
+/**
+ * A typed client for services that ask tollgate directly, without Envoy in front. It answers with
+ * a decision, never a gRPC error for an over-limit request; when tollgate cannot be reached in
+ * time it answers as `whenUnavailable` says, like Envoy's `failure_mode_deny`.
+ */
+import { Metadata, status, type ChannelCredentials, type ServiceError } from '@grpc/grpc-js';
+import type { Code, DescriptorStatus, Header, ReportedUnit } from './check.js';
+import {
+  createRateLimitClient,
+  type RateLimitRequestObject,
+  type RateLimitResponseObject,
+} from './grpc/protos.js';
+
+export interface TollgateClientOptions {
+  /** `host:port`, or any grpc-js target such as `unix:/run/tollgate.sock`. */
+  address: string;
+  /** Insecure (plaintext) unless given. */
+  credentials?: ChannelCredentials;
+  /** Bound on each check, connecting included. Default 50 ms. */
+  deadlineMs?: number;
+  /** What a check answers when tollgate is unreachable or too slow: allow, deny, or reject. */
+  whenUnavailable: 'allow' | 'deny' | 'throw';
+}
+
+/**
+ * A descriptor's entries, in order. A Record keeps insertion order, except that integer-like keys
+ * ("1", "42") come first, as JavaScript orders them; use the tuple form for those and for a key
+ * that appears twice.
+ */
+export type DescriptorEntries =
+  Readonly<Record<string, string>> | ReadonlyArray<readonly [key: string, value: string]>;
+
+export interface CheckRequest {
+  domain: string;
+  descriptors: readonly DescriptorEntries[];
+  /** The request's cost, a whole number; 0 or absent means 1. */
+  hitsAddend?: number;
+}
+
+/** tollgate answered; `allowed` is `code === 'OK'`. */
+export interface ServiceResult {
+  source: 'service';
+  allowed: boolean;
+  code: Code;
+  /** One per descriptor, in request order. */
+  statuses: DescriptorStatus[];
+  headers: Header[];
+  /**
+   * When denied: whole seconds until every over-limit descriptor has room again. Absent when
+   * allowed, or when some cost can never fit, so no retry would help.
+   */
+  retryAfterSeconds?: number;
+  error?: undefined;
+}
+
+/** tollgate did not answer; the decision is `whenUnavailable`'s, with no statuses or headers. */
+export interface FallbackResult {
+  source: 'fallback';
+  allowed: boolean;
+  code: Code;
+  statuses: DescriptorStatus[];
+  headers: Header[];
+  retryAfterSeconds?: undefined;
+  error: TollgateUnavailableError;
+}
+
+export type CheckResult = ServiceResult | FallbackResult;
+
+export interface TollgateClient {
+  /** Resolves with a decision; rejects with `TollgateRequestError` or another `TollgateError`. */
+  check(request: CheckRequest): Promise<CheckResult>;
+  close(): void;
+}
+
+/** A call that failed; `grpcCode` names its gRPC status, e.g. `INTERNAL`. */
+export class TollgateError extends Error {
+  override readonly name: string = 'TollgateError';
+  constructor(
+    message: string,
+    readonly grpcCode: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/** tollgate refused the request as malformed (INVALID_ARGUMENT); the message is tollgate's. */
+export class TollgateRequestError extends TollgateError {
+  override readonly name = 'TollgateRequestError';
+}
+
+/** tollgate could not be reached or did not answer within the deadline. */
+export class TollgateUnavailableError extends TollgateError {
+  override readonly name = 'TollgateUnavailableError';
+}
+
+const UINT32_MAX = 4_294_967_295;
+
+export function createTollgateClient(options: TollgateClientOptions): TollgateClient {
+  const { deadlineMs = 50, whenUnavailable } = options;
+  const client = createRateLimitClient(options.address, options.credentials);
+
+  function call(request: RateLimitRequestObject): Promise<RateLimitResponseObject> {
+    return new Promise((resolve, reject) => {
+      client.ShouldRateLimit(
+        request,
+        new Metadata(),
+        { deadline: Date.now() + deadlineMs },
+        (error, response) => (error ? reject(toTollgateError(error)) : resolve(response ?? {})),
+      );
+    });
+  }
+
+  return {
+    async check(request) {
+      const hits = request.hitsAddend ?? 0;
+      if (!Number.isInteger(hits) || hits < 0 || hits > UINT32_MAX) {
+        throw new TollgateRequestError(
+          `hitsAddend: ${hits} is not a whole number from 0 to ${UINT32_MAX}`,
+          'INVALID_ARGUMENT',
+        );
+      }
+      try {
+        return toResult(await call(toWire(request, hits)));
+      } catch (error) {
+        if (!(error instanceof TollgateUnavailableError) || whenUnavailable === 'throw') {
+          throw error;
+        }
+        const allowed = whenUnavailable === 'allow';
+        const code = allowed ? 'OK' : 'OVER_LIMIT';
+        return { source: 'fallback', allowed, code, statuses: [], headers: [], error };
+      }
+    },
+    close: () => client.close(),
+  };
+}
+
+function toWire(request: CheckRequest, hits: number): RateLimitRequestObject {
+  return {
+    domain: request.domain,
+    descriptors: request.descriptors.map((descriptor) => ({
+      entries: (Array.isArray(descriptor) ? descriptor : Object.entries(descriptor)).map(
+        ([key, value]) => ({ key, value }),
+      ),
+    })),
+    ...(hits === 0 ? {} : { hits_addend: hits }),
+  };
+}
+
+function toTollgateError(error: ServiceError): TollgateError {
+  const name = status[error.code] ?? String(error.code);
+  const options = { cause: error };
+  if (error.code === status.INVALID_ARGUMENT) {
+    return new TollgateRequestError(error.details, name, options);
+  }
+  // grpc-js reports refused, reset and unresolvable connections as UNAVAILABLE.
+  if (error.code === status.UNAVAILABLE || error.code === status.DEADLINE_EXCEEDED) {
+    return new TollgateUnavailableError(`tollgate unavailable: ${error.message}`, name, options);
+  }
+  return new TollgateError(`tollgate failed: ${error.message}`, name, options);
+}
+
+function toResult(response: RateLimitResponseObject): ServiceResult {
+  const overall = response.overall_code;
+  // Envoy treats an UNKNOWN overall code as a failed call, and so does this client.
+  if (overall !== 'OK' && overall !== 'OVER_LIMIT') {
+    throw new TollgateUnavailableError(`tollgate answered overall_code ${overall}`, 'OK');
+  }
+  const statuses = (response.statuses ?? []).map(toStatus);
+  const headers = (response.response_headers_to_add ?? []).map((header) => ({
+    key: header.key ?? '',
+    value: header.value ?? '',
+  }));
+  const result: ServiceResult = {
+    source: 'service',
+    allowed: overall === 'OK',
+    code: overall,
+    statuses,
+    headers,
+  };
+  if (overall === 'OVER_LIMIT') {
+    const over = statuses.filter((s) => s.code === 'OVER_LIMIT');
+    const waits = over.map((s) => s.durationUntilResetMs);
+    if (over.length > 0 && waits.every((ms) => ms !== undefined)) {
+      result.retryAfterSeconds = Math.ceil(Math.max(...(waits as number[])) / 1000);
+    }
+  }
+  return result;
+}
+
+type WireStatus = NonNullable<RateLimitResponseObject['statuses']>[number];
+
+function toStatus(wire: WireStatus): DescriptorStatus {
+  const status: DescriptorStatus = {
+    code: wire.code === 'OVER_LIMIT' ? 'OVER_LIMIT' : 'OK',
+    limitRemaining: wire.limit_remaining ?? 0,
+  };
+  const limit = wire.current_limit;
+  if (limit) {
+    status.currentLimit = {
+      requestsPerUnit: limit.requests_per_unit ?? 0,
+      unit: (limit.unit ?? 'UNKNOWN').toLowerCase() as ReportedUnit,
+      name: limit.name ?? '',
+    };
+  }
+  const reset = wire.duration_until_reset;
+  if (reset) {
+    // Rounded up: a retry after this long must not come a fraction of a millisecond early.
+    status.durationUntilResetMs =
+      Number(reset.seconds ?? 0) * 1000 + Math.ceil((reset.nanos ?? 0) / 1e6);
+  }
+  return status;
+}
