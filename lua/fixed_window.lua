@@ -11,7 +11,8 @@ State, a hash per counter: t = last decision time (ms), w = window index, c = co
 Consuming saturates at L: the same as adding the cost whenever it fits, and an overdraw (a cost
 committed although it does not fit) uses up what is left instead of recording nothing.
 
-Reset: W - e, whether allowed or denied (e = time elapsed in the window).
+Reset: W - e, whether allowed or denied (e = time elapsed in the window); -1 when the cost
+exceeds the limit and never fits.
 --]]
 
 ALGORITHMS[1] = {
@@ -30,13 +31,14 @@ ALGORITHMS[1] = {
     return s.c + need <= limit
   end,
 
-  settle = function(key, s, limit, _, cost, _, commit, slack)
-    local reset = s.window - s.e
+  settle = function(key, s, limit, _, cost, fits, commit, slack)
+    local rest = s.window - s.e
     if commit and cost > 0 then
       s.c = math.max(s.c, math.min(s.c + cost, limit))
       redis.call('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c))
-      redis.call('PEXPIRE', key, reset + slack)
+      redis.call('PEXPIRE', key, rest + slack)
     end
-    return math.max(0, limit - s.c), reset
+    if fits == nil then return math.max(0, limit - s.c), -1 end
+    return math.max(0, limit - s.c), rest
   end,
 }

@@ -41,7 +41,7 @@ export interface Settings {
   metrics: {
     /** `near_limit` counts hits that leave a counter at or above this share of its limit. */
     nearLimitRatio: number;
-    /** The most descriptor-valued series (detailed_metric, value_to_metric) per domain. */
+    /** The most descriptor-valued series (detailed_metric, value_to_metric), in total. */
     maxDetailedSeries: number;
   };
   grpcServer: GrpcServerSettings;

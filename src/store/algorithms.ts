@@ -111,14 +111,15 @@ const EMPTY: Loaded = {
 const fixedWindow: AlgorithmImpl = {
   load: loadWindow,
   fits: (s, limit, _burst, need) => (need > limit ? undefined : s.c + need <= limit),
-  settle(s, limit, cost, _fits, commit) {
-    const reset = s.window - s.e;
+  settle(s, limit, cost, fits, commit) {
+    const rest = s.window - s.e;
     let write: CounterState | undefined;
     if (commit && cost > 0) {
       s.c = Math.max(s.c, Math.min(s.c + cost, limit));
       write = { t: s.now, w: s.index, c: s.c };
     }
-    return { remaining: Math.max(0, limit - s.c), reset, write, ttl: reset };
+    const reset = fits === undefined ? -1 : rest;
+    return { remaining: Math.max(0, limit - s.c), reset, write, ttl: rest };
   },
 };
 

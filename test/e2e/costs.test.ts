@@ -89,6 +89,7 @@ describe.each([{ name: 'memory' }, { name: 'redis' }])('costs on the $name store
 
   const neverFits = [
     { case: 'cost above the limit', key: 'five', hits: '6', left: 4 },
+    { case: 'fixed window cost above the limit', key: 'three', hits: '4', left: 2 },
     { case: 'token bucket cost above the burst', key: 'bucket', hits: '5', left: 3 },
     {
       case: 'descriptor hits_addend at the 64-bit maximum',
