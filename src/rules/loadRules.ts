@@ -7,10 +7,22 @@ import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { LineCounter, parseDocument } from 'yaml';
 import { RulesError } from '../errors.js';
-import { parseRules, type ParseRulesOptions } from './parseRules.js';
+import {
+  mergeDomain,
+  parseRules,
+  replacesOf,
+  rulesInFileOrder,
+  type ParseRulesOptions,
+} from './parseRules.js';
 import type { DomainRules, RuleSet } from './types.js';
 
-export type LoadRulesOptions = ParseRulesOptions;
+export interface LoadRulesOptions extends ParseRulesOptions {
+  /**
+   * MERGE_DOMAIN_CONFIG: a domain may be defined in several files, whose top-level rules then
+   * join one tree in file order. Without it, a domain defined twice is an error.
+   */
+  mergeDomainConfig?: boolean;
+}
 
 function isFile(path: string): boolean {
   try {
@@ -66,18 +78,57 @@ function parseFile(path: string, options: LoadRulesOptions): DomainRules {
   return parseRules(doc, file, options);
 }
 
+/**
+ * `replaces` names are scoped to their domain: once the domain is whole (merges included), each
+ * must be the name of a limit in it.
+ */
+function checkReplaces(rules: DomainRules): void {
+  const names = new Set<string>();
+  const nodes = rulesInFileOrder(rules.root);
+  for (const node of nodes) if (node.limit !== undefined) names.add(node.limit.name);
+  for (const node of nodes) {
+    replacesOf(node).forEach((name, i) => {
+      if (!names.has(name)) {
+        throw new RulesError(
+          `${node.file}: ${node.path}.rate_limit.replaces[${i}].name: ` +
+            `no limit named '${name}' in domain '${rules.domain}'`,
+        );
+      }
+    });
+  }
+}
+
 /** Loads every rules file under `configPath` into one `RuleSet`; throws `RulesError` on any problem. */
 export function loadRules(configPath: string, options: LoadRulesOptions): RuleSet {
   const domains = new Map<string, DomainRules>();
+  /** The file that gave each merged domain its tenant_key. */
+  const tenantKeyFiles = new Map<string, string>();
   for (const path of ruleFiles(configPath)) {
     const rules = parseFile(path, options);
     const previous = domains.get(rules.domain);
-    if (previous !== undefined) {
+    if (previous === undefined) {
+      domains.set(rules.domain, rules);
+      if (rules.tenantKey !== undefined) tenantKeyFiles.set(rules.domain, rules.file);
+      continue;
+    }
+    if (options.mergeDomainConfig !== true) {
       throw new RulesError(
-        `${rules.file}: domain: '${rules.domain}' is already defined in ${previous.file}`,
+        `${rules.file}: domain: '${rules.domain}' is already defined in ${previous.file} ` +
+          '(MERGE_DOMAIN_CONFIG=true merges them)',
       );
     }
-    domains.set(rules.domain, rules);
+    if (rules.tenantKey !== undefined) {
+      if (previous.tenantKey !== undefined && previous.tenantKey !== rules.tenantKey) {
+        throw new RulesError(
+          `${rules.file}: tenant_key: '${rules.tenantKey}' differs from '${previous.tenantKey}' ` +
+            `in ${tenantKeyFiles.get(rules.domain) ?? previous.file} for the same domain '${rules.domain}'`,
+        );
+      }
+      if (previous.tenantKey === undefined) tenantKeyFiles.set(rules.domain, rules.file);
+      previous.tenantKey = rules.tenantKey;
+    }
+    mergeDomain(previous, rules);
   }
+  for (const rules of domains.values()) checkReplaces(rules);
   return { domains };
 }

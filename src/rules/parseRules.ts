@@ -4,7 +4,7 @@
  * scalar such as `value: 200` keeps its source text, as the reference's Go decoder does.
  */
 
-import { isMap, isScalar, isSeq, type Document } from 'yaml';
+import { isMap, type Document } from 'yaml';
 import { formatDuration, parseGoDuration } from '../duration.js';
 import {
   bool,
@@ -12,11 +12,13 @@ import {
   fail,
   fields,
   join,
+  jsonValue,
+  list,
   nonEmpty,
   oneOf,
-  resolve,
   str,
   uint32,
+  type Fields,
   type NodeContext,
   type Value,
 } from './readNodes.js';
@@ -27,6 +29,7 @@ import {
   UNIT_SECONDS,
   type Algorithm,
   type DomainRules,
+  type JsonValue,
   type Limit,
   type RuleLevel,
   type RuleNode,
@@ -39,7 +42,18 @@ export interface ParseRulesOptions {
 }
 
 const TOP_KEYS = ['domain', 'tenant_key', 'descriptors'];
-const DESCRIPTOR_KEYS = ['key', 'value', 'rate_limit', 'descriptors'];
+/** Flags that may stand on the descriptor or inside its rate_limit, with the same meaning. */
+const SHARED_KEYS = ['shadow_mode', 'quota_mode', 'metadata'];
+const DESCRIPTOR_KEYS = [
+  'key',
+  'value',
+  'rate_limit',
+  'descriptors',
+  ...SHARED_KEYS,
+  'detailed_metric',
+  'value_to_metric',
+  'share_threshold',
+];
 const RATE_LIMIT_KEYS = [
   'requests_per_unit',
   'unit',
@@ -48,8 +62,24 @@ const RATE_LIMIT_KEYS = [
   'burst',
   'unlimited',
   'name',
+  'replaces',
+  'overdraw',
+  ...SHARED_KEYS,
 ];
+/** What may stand beside `unlimited: true`: a name, and the limits it replaces. */
+const UNLIMITED_KEYS = ['unlimited', 'name', 'replaces'];
 const UNITS = Object.keys(UNIT_SECONDS) as Unit[];
+
+/**
+ * The `replaces` of unlimited rules, which have no `Limit` to carry them. Read them with
+ * `replacesOf`, which covers both kinds of rule.
+ */
+const unlimitedReplaces = new WeakMap<RuleNode, readonly string[]>();
+
+/** The names a matched rule replaces: its limit's `replaces`, or an unlimited rule's. */
+export function replacesOf(node: RuleNode): readonly string[] {
+  return node.limit?.replaces ?? unlimitedReplaces.get(node) ?? [];
+}
 
 interface Context extends NodeContext {
   options: ParseRulesOptions;
@@ -72,18 +102,34 @@ function windowMs(ctx: Context, node: Value, path: string): number {
   return ms;
 }
 
-/** The rate_limit map: a resolved `Limit`, or undefined for `unlimited: true`. */
-function parseLimit(ctx: Context, node: Value, path: string): Limit | undefined {
-  const f = fields(ctx, node, path, RATE_LIMIT_KEYS);
+/** The reference's `replaces: [{name: other}]`: non-empty names, none of them this limit's own. */
+function parseReplaces(ctx: Context, node: Value, path: string, own: string): string[] {
+  return list(ctx, node, path).map((item, i) => {
+    const at = `${path}[${i}]`;
+    const f = fields(ctx, item, at, ['name']);
+    const name = nonEmpty(ctx, f.get('name'), join(at, 'name'));
+    if (name === own) fail(ctx, join(at, 'name'), `'${name}' is this limit's own name`);
+    return name;
+  });
+}
+
+interface RateLimitBlock {
+  /** Undefined for `unlimited: true`. */
+  limit: Limit | undefined;
+  replaces: readonly string[];
+}
+
+function parseLimit(ctx: Context, f: Fields, path: string): RateLimitBlock {
   const at = (key: string): string => join(path, key);
   const name = f.has('name') ? str(ctx, f.get('name'), at('name')) : '';
+  const replaces = f.has('replaces')
+    ? parseReplaces(ctx, f.get('replaces'), at('replaces'), name)
+    : [];
   if (f.has('unlimited') && bool(ctx, f.get('unlimited'), at('unlimited'))) {
     for (const key of f.keys()) {
-      if (key !== 'unlimited' && key !== 'name') {
-        fail(ctx, at(key), 'not allowed with unlimited: true');
-      }
+      if (!UNLIMITED_KEYS.includes(key)) fail(ctx, at(key), 'not allowed with unlimited: true');
     }
-    return undefined;
+    return { limit: undefined, replaces };
   }
   if (!f.has('requests_per_unit')) {
     fail(ctx, at('requests_per_unit'), 'is required (0 denies every request)');
@@ -118,53 +164,201 @@ function parseLimit(ctx: Context, node: Value, path: string): Limit | undefined 
     const reason = checkTokenBucketExact(requestsPerUnit, ms, burst);
     if (reason !== undefined) fail(ctx, at(f.has('burst') ? 'burst' : 'requests_per_unit'), reason);
   }
-  return { requestsPerUnit, unit, windowMs: ms, algorithm, burst, name };
-}
-
-function parseDescriptor(ctx: Context, node: Value, path: string): RuleNode {
-  const f = fields(ctx, node, path, DESCRIPTOR_KEYS);
-  const key = nonEmpty(ctx, f.get('key'), join(path, 'key'));
-  const value = f.has('value') ? str(ctx, f.get('value'), join(path, 'value')) : '';
-  const hasLimit = f.has('rate_limit');
-  const limit = hasLimit
-    ? parseLimit(ctx, f.get('rate_limit'), join(path, 'rate_limit'))
-    : undefined;
+  const overdraw = f.has('overdraw') && bool(ctx, f.get('overdraw'), at('overdraw'));
   return {
-    key,
-    value: value === '' ? undefined : value,
-    path,
-    file: ctx.file,
-    limit,
-    unlimited: hasLimit && limit === undefined,
-    children: parseLevel(ctx, f.get('descriptors'), join(path, 'descriptors')),
+    limit: { requestsPerUnit, unit, windowMs: ms, algorithm, burst, name, replaces, overdraw },
+    replaces,
   };
 }
 
+/** Deep equality of two JSON values; map key order does not matter. */
+function sameJson(a: JsonValue, b: JsonValue): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a) || Array.isArray(b)) {
+    return (
+      Array.isArray(a) &&
+      Array.isArray(b) &&
+      a.length === b.length &&
+      a.every((item, i) => sameJson(item, b[i] as JsonValue))
+    );
+  }
+  const keys = Object.keys(a);
+  return (
+    keys.length === Object.keys(b).length &&
+    keys.every((key) => Object.hasOwn(b, key) && sameJson(a[key] as JsonValue, b[key] as JsonValue))
+  );
+}
+
+/**
+ * A key that may stand on the descriptor (`outer`) or inside its rate_limit (`inner`): either
+ * place sets it; both places must then agree.
+ */
+function shared<T extends JsonValue>(
+  ctx: Context,
+  key: string,
+  outer: { f: Fields; path: string },
+  inner: { f: Fields; path: string } | undefined,
+  read: (node: Value, path: string) => T,
+): T | undefined {
+  const outerPath = join(outer.path, key);
+  const outerValue = outer.f.has(key) ? read(outer.f.get(key), outerPath) : undefined;
+  if (inner === undefined || !inner.f.has(key)) return outerValue;
+  const innerPath = join(inner.path, key);
+  const innerValue = read(inner.f.get(key), innerPath);
+  if (outerValue !== undefined && !sameJson(outerValue, innerValue)) {
+    const conflict =
+      typeof innerValue === 'boolean'
+        ? `${innerValue} here but ${String(outerValue)} at ${outerPath}`
+        : `differs from ${outerPath}`;
+    fail(ctx, innerPath, `${conflict}; give it in one place`);
+  }
+  return innerValue;
+}
+
+const emptyLevel = (): RuleLevel => ({ exact: new Map(), wildcards: [], bare: new Map() });
+
+function parseDescriptor(
+  ctx: Context,
+  node: Value,
+  path: string,
+  parent: RuleNode | undefined,
+): RuleNode {
+  const f = fields(ctx, node, path, DESCRIPTOR_KEYS);
+  const at = (key: string): string => join(path, key);
+  const key = nonEmpty(ctx, f.get('key'), at('key'));
+  const text = f.has('value') ? str(ctx, f.get('value'), at('value')) : '';
+  const value = text === '' ? undefined : text;
+  const flag = (name: string): boolean => f.has(name) && bool(ctx, f.get(name), at(name));
+
+  let block: RateLimitBlock | undefined;
+  let inner: { f: Fields; path: string } | undefined;
+  if (f.has('rate_limit')) {
+    inner = {
+      f: fields(ctx, f.get('rate_limit'), at('rate_limit'), RATE_LIMIT_KEYS),
+      path: at('rate_limit'),
+    };
+    block = parseLimit(ctx, inner.f, inner.path);
+  }
+  const outer = { f, path };
+  const boolean = (v: Value, p: string) => bool(ctx, v, p);
+  const shadowMode = shared(ctx, 'shadow_mode', outer, inner, boolean) ?? false;
+  const quotaMode = shared(ctx, 'quota_mode', outer, inner, boolean) ?? false;
+  const metadata = shared(ctx, 'metadata', outer, inner, (v, p) => {
+    if (!isMap(v)) fail(ctx, p, `must be a map, got ${describe(v)}`);
+    return jsonValue(ctx, v, p) as Record<string, JsonValue>;
+  });
+  const shareThreshold = flag('share_threshold');
+  if (shareThreshold && !(value?.includes('*') ?? false)) {
+    fail(ctx, at('share_threshold'), "needs a wildcard value (one with '*')");
+  }
+
+  const rule: RuleNode = {
+    key,
+    value,
+    path,
+    file: ctx.file,
+    limit: block?.limit,
+    unlimited: block !== undefined && block.limit === undefined,
+    children: emptyLevel(),
+    parent,
+    metricPart: value === undefined ? key : `${key}_${value}`,
+    shadowMode,
+    quotaMode,
+    detailedMetric: flag('detailed_metric'),
+    valueToMetric: flag('value_to_metric'),
+    shareThreshold,
+    metadata,
+  };
+  if (rule.unlimited && block !== undefined && block.replaces.length > 0) {
+    unlimitedReplaces.set(rule, block.replaces);
+  }
+  rule.children = parseLevel(ctx, f.get('descriptors'), at('descriptors'), rule);
+  return rule;
+}
+
+/** The rule at this level with the same key and configured value, if any. */
+function sibling(level: RuleLevel, rule: RuleNode): RuleNode | undefined {
+  if (rule.value === undefined) return level.bare.get(rule.key);
+  if (!rule.value.includes('*')) return level.exact.get(rule.key)?.get(rule.value);
+  return level.wildcards.find((w) => w.key === rule.key && w.node.value === rule.value)?.node;
+}
+
+/** Adds a rule to its level, after refusing a second rule with the same key and value. */
+function addRule(ctx: Pick<NodeContext, 'file'>, level: RuleLevel, rule: RuleNode): void {
+  const first = sibling(level, rule);
+  if (first !== undefined) {
+    const where = first.file === rule.file ? first.path : `${first.path} in ${first.file}`;
+    fail(
+      ctx,
+      rule.path,
+      `duplicate descriptor composite key '${rule.metricPart}' (same as ${where})`,
+    );
+  }
+  if (rule.value === undefined) {
+    level.bare.set(rule.key, rule);
+  } else if (rule.value.includes('*')) {
+    level.wildcards.push({ key: rule.key, parts: rule.value.split('*'), node: rule });
+  } else {
+    const byValue = level.exact.get(rule.key) ?? new Map<string, RuleNode>();
+    level.exact.set(rule.key, byValue.set(rule.value, rule));
+  }
+}
+
 /** One `descriptors` list, indexed by the reference's precedence: exact, wildcard, bare key. */
-function parseLevel(ctx: Context, node: Value, path: string): RuleLevel {
-  const level: RuleLevel = { exact: new Map(), wildcards: [], bare: new Map() };
-  if (node == null || (isScalar(node) && node.value === null)) return level;
-  if (!isSeq(node)) fail(ctx, path, `must be a list, got ${describe(node)}`);
-  const seen = new Map<string, string>();
-  node.items.forEach((item, i) => {
-    const rule = parseDescriptor(ctx, resolve(ctx, item), `${path}[${i}]`);
-    const composite = rule.value === undefined ? rule.key : `${rule.key}_${rule.value}`;
-    const id = JSON.stringify([rule.key, rule.value ?? null]);
-    const first = seen.get(id);
-    if (first !== undefined) {
-      fail(ctx, rule.path, `duplicate descriptor composite key '${composite}' (same as ${first})`);
-    }
-    seen.set(id, rule.path);
-    if (rule.value === undefined) {
-      level.bare.set(rule.key, rule);
-    } else if (rule.value.includes('*')) {
-      level.wildcards.push({ key: rule.key, parts: rule.value.split('*'), node: rule });
-    } else {
-      const byValue = level.exact.get(rule.key) ?? new Map<string, RuleNode>();
-      level.exact.set(rule.key, byValue.set(rule.value, rule));
-    }
+function parseLevel(
+  ctx: Context,
+  node: Value,
+  path: string,
+  parent: RuleNode | undefined,
+): RuleLevel {
+  const level = emptyLevel();
+  list(ctx, node, path).forEach((item, i) => {
+    addRule(ctx, level, parseDescriptor(ctx, item, `${path}[${i}]`, parent));
   });
   return level;
+}
+
+/** Position of a node among its siblings in its file: the last index of its path. */
+function indexOf(node: RuleNode): number {
+  const match = /\[(\d+)\]$/.exec(node.path);
+  return match === null ? 0 : Number(match[1]);
+}
+
+/**
+ * The rules of one level in file order: by file (files load in name order), then by position in
+ * the file. The index keeps exact, wildcard and bare rules apart; this puts them back in order.
+ */
+export function levelInFileOrder(level: RuleLevel): RuleNode[] {
+  const nodes: RuleNode[] = [];
+  for (const byValue of level.exact.values()) nodes.push(...byValue.values());
+  for (const wildcard of level.wildcards) nodes.push(wildcard.node);
+  nodes.push(...level.bare.values());
+  return nodes.sort((a, b) =>
+    a.file === b.file ? indexOf(a) - indexOf(b) : a.file < b.file ? -1 : 1,
+  );
+}
+
+/** Every rule under `level`, depth first, each before its children, siblings in file order. */
+export function rulesInFileOrder(level: RuleLevel): RuleNode[] {
+  const out: RuleNode[] = [];
+  const visit = (at: RuleLevel): void => {
+    for (const node of levelInFileOrder(at)) {
+      out.push(node);
+      visit(node.children);
+    }
+  };
+  visit(level);
+  return out;
+}
+
+/**
+ * MERGE_DOMAIN_CONFIG: adds the top-level rules of `from`, a later file of the same domain, into
+ * `into`, in file order, as the reference does. A rule with the same key and value as one already
+ * there is the duplicate-composite-key error, naming the later file.
+ */
+export function mergeDomain(into: DomainRules, from: DomainRules): void {
+  for (const rule of levelInFileOrder(from.root)) addRule(from, into.root, rule);
 }
 
 /** Validates one parsed document; `file` is the name that prefixes every error message. */
@@ -184,5 +378,10 @@ export function parseRules(
   const tenantKey = f.has('tenant_key')
     ? nonEmpty(ctx, f.get('tenant_key'), 'tenant_key')
     : undefined;
-  return { domain, tenantKey, file, root: parseLevel(ctx, f.get('descriptors'), 'descriptors') };
+  return {
+    domain,
+    tenantKey,
+    file,
+    root: parseLevel(ctx, f.get('descriptors'), 'descriptors', undefined),
+  };
 }

@@ -5,17 +5,8 @@
 
 import { isAlias, isMap, isScalar, isSeq, type Document, type Node } from 'yaml';
 import { RulesError } from '../errors.js';
+import type { JsonValue } from './types.js';
 
-/** Reference keys tollgate does not implement yet: loading stops rather than ignore them. */
-const NOT_SUPPORTED = new Set([
-  'replaces',
-  'shadow_mode',
-  'quota_mode',
-  'detailed_metric',
-  'value_to_metric',
-  'share_threshold',
-  'metadata',
-]);
 const UINT32_MAX = 4_294_967_295n;
 
 export type Value = Node | null | undefined;
@@ -29,7 +20,7 @@ export interface NodeContext {
 
 export const join = (path: string, key: string): string => (path === '' ? key : `${path}.${key}`);
 
-export function fail(ctx: NodeContext, path: string, message: string): never {
+export function fail(ctx: Pick<NodeContext, 'file'>, path: string, message: string): never {
   throw new RulesError(`${ctx.file}: ${path === '' ? '' : `${path}: `}${message}`);
 }
 
@@ -41,7 +32,16 @@ export function resolve(ctx: NodeContext, node: unknown): Value {
 export function describe(node: Value): string {
   if (isMap(node)) return 'a map';
   if (isSeq(node)) return 'a list';
-  return isScalar(node) ? `'${node.source ?? String(node.value)}'` : 'nothing';
+  if (!isScalar(node)) return 'nothing';
+  const text = `'${node.source ?? String(node.value)}'`;
+  // A quoted '100' or 'true' would otherwise read like the number or bool it is not.
+  const quoted = node.type === 'QUOTE_SINGLE' || node.type === 'QUOTE_DOUBLE';
+  return quoted ? `${text} (quoted, so a string)` : text;
+}
+
+/** A map key as written: the source text, so a YAML merge key reads as '<<', not its symbol. */
+function keyText(key: unknown): string {
+  return isScalar(key) ? (key.source ?? String(key.value)) : String(key);
 }
 
 /** The map's entries by key, after rejecting every key outside `allowed`. */
@@ -54,9 +54,7 @@ export function fields(
   if (!isMap(node)) fail(ctx, path, `must be a map, got ${describe(node)}`);
   const out = new Map<string, Value>();
   for (const pair of node.items) {
-    // The source text, so a YAML merge key reads as '<<' rather than its internal symbol.
-    const key = isScalar(pair.key) ? (pair.key.source ?? String(pair.key.value)) : String(pair.key);
-    if (NOT_SUPPORTED.has(key)) fail(ctx, join(path, key), `not supported yet: ${key}`);
+    const key = keyText(pair.key);
     if (!allowed.includes(key)) {
       fail(ctx, join(path, key), `unknown key '${key}' (expected one of ${allowed.join(', ')})`);
     }
@@ -108,4 +106,48 @@ export function oneOf<T extends string>(
   const found = allowed.find((a) => a === text.toLowerCase());
   if (found === undefined) fail(ctx, path, `'${text}' is not one of ${allowed.join(', ')}`);
   return found;
+}
+
+/** A list's items, aliases resolved; a missing or null list is empty. */
+export function list(ctx: NodeContext, node: Value, path: string): Value[] {
+  if (node == null || (isScalar(node) && node.value === null)) return [];
+  if (!isSeq(node)) fail(ctx, path, `must be a list, got ${describe(node)}`);
+  return node.items.map((item) => resolve(ctx, item));
+}
+
+/**
+ * A JSON-like value: a string, a number, a bool, null, or lists and maps of them. Integers must
+ * be exact as JSON numbers; a YAML 1.1 timestamp keeps its text, as Go reads it into a string.
+ */
+export function jsonValue(ctx: NodeContext, node: Value, path: string): JsonValue {
+  if (node == null) return null;
+  if (isMap(node)) {
+    const entries: [string, JsonValue][] = [];
+    for (const pair of node.items) {
+      if (!isScalar(pair.key))
+        fail(ctx, path, `map keys must be strings, got ${describe(pair.key as Value)}`);
+      const key = keyText(pair.key);
+      entries.push([key, jsonValue(ctx, resolve(ctx, pair.value), join(path, key))]);
+    }
+    // fromEntries defines own properties, so a key such as '__proto__' stays a plain key.
+    return Object.fromEntries(entries);
+  }
+  if (isSeq(node)) {
+    return node.items.map((item, i) => jsonValue(ctx, resolve(ctx, item), `${path}[${i}]`));
+  }
+  if (!isScalar(node)) fail(ctx, path, `must be a JSON value, got ${describe(node)}`);
+  const value: unknown = node.value;
+  if (value === null || typeof value === 'string' || typeof value === 'boolean') return value;
+  if (typeof value === 'bigint') {
+    if (value > BigInt(Number.MAX_SAFE_INTEGER) || value < BigInt(Number.MIN_SAFE_INTEGER)) {
+      fail(ctx, path, `${value} is not exact as a JSON number (beyond ±2^53−1); quote it`);
+    }
+    return Number(value);
+  }
+  if (typeof value === 'number') {
+    if (!Number.isFinite(value)) fail(ctx, path, `${describe(node)} is not a JSON number`);
+    return value;
+  }
+  if (value instanceof Date) return node.source ?? value.toISOString();
+  fail(ctx, path, `must be a string, number, bool, null, list or map, got ${describe(node)}`);
 }

@@ -1,14 +1,16 @@
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { RulesError } from '../../src/errors.js';
 import { loadRules } from '../../src/rules/loadRules.js';
-import type { DomainRules, RuleLevel } from '../../src/rules/types.js';
+import { replacesOf, rulesInFileOrder } from '../../src/rules/parseRules.js';
+import type { DomainRules, RuleLevel, RuleNode } from '../../src/rules/types.js';
 
 const FIXTURES = fileURLToPath(new URL('../fixtures/rules/', import.meta.url));
 const OPTIONS = { defaultAlgorithm: 'sliding_window' } as const;
+const MERGE = { ...OPTIONS, mergeDomainConfig: true };
 
 /** One expected message per file in test/fixtures/rules/invalid, after the `NAME.yaml: ` prefix. */
 const INVALID: Record<string, string> = {
@@ -24,6 +26,7 @@ const INVALID: Record<string, string> = {
   'comments-only': 'empty file: expected a map with domain and descriptors',
   'descriptor-not-a-map': "descriptors[0]: must be a map, got 'tenant'",
   'descriptors-not-a-list': 'descriptors: must be a list, got a map',
+  'detailed-metric-not-bool': "descriptors[0].detailed_metric: must be true or false, got 'all'",
   'duplicate-bare-sibling':
     "descriptors[1]: duplicate descriptor composite key 'tenant' (same as descriptors[0])",
   'duplicate-sibling':
@@ -36,6 +39,17 @@ const INVALID: Record<string, string> = {
   'float-rpu': "descriptors[0].rate_limit.requests_per_unit: must be an integer, got '1.5'",
   'fractional-window':
     "descriptors[0].rate_limit.window: '1500ms' is not a whole number of seconds",
+  'metadata-binary':
+    "descriptors[0].metadata.blob: must be a string, number, bool, null, list or map, got 'aGVsbG8='",
+  'metadata-complex-key': 'descriptors[0].metadata: map keys must be strings, got a list',
+  'metadata-conflict':
+    'descriptors[0].rate_limit.metadata: differs from descriptors[0].metadata; give it in one place',
+  'metadata-inexact-integer':
+    'descriptors[0].metadata.ids[1]: 9007199254740993 is not exact as a JSON number (beyond ±2^53−1); quote it',
+  'metadata-infinite-number': "descriptors[0].metadata.cost.per_call: '.inf' is not a JSON number",
+  'metadata-not-a-map': "descriptors[0].metadata: must be a map, got 'payments-team'",
+  'metadata-top-level':
+    "metadata: unknown key 'metadata' (expected one of domain, tenant_key, descriptors)",
   'missing-domain': 'domain: is required',
   'missing-key': 'descriptors[0].key: is required',
   'missing-rpu':
@@ -44,40 +58,56 @@ const INVALID: Record<string, string> = {
     'descriptors[0].rate_limit.requests_per_unit: must be between 0 and 4294967295, got -1',
   'no-unit-or-window': 'descriptors[0].rate_limit: needs a unit or a window',
   'non-map-document': 'expected a map with domain and descriptors, got a list',
-  'not-supported-detailed-metric':
-    'descriptors[0].detailed_metric: not supported yet: detailed_metric',
-  'not-supported-metadata':
-    'descriptors[0].descriptors[0].rate_limit.metadata: not supported yet: metadata',
-  'not-supported-metadata-top': 'metadata: not supported yet: metadata',
-  'not-supported-quota-mode': 'descriptors[0].rate_limit.quota_mode: not supported yet: quota_mode',
-  'not-supported-replaces': 'descriptors[0].rate_limit.replaces: not supported yet: replaces',
-  'not-supported-shadow-mode': 'descriptors[0].shadow_mode: not supported yet: shadow_mode',
-  'not-supported-shadow-mode-in-rate-limit':
-    'descriptors[0].rate_limit.shadow_mode: not supported yet: shadow_mode',
-  'not-supported-share-threshold':
-    'descriptors[0].share_threshold: not supported yet: share_threshold',
-  'not-supported-value-to-metric':
-    'descriptors[0].value_to_metric: not supported yet: value_to_metric',
+  'overdraw-not-bool': "descriptors[0].rate_limit.overdraw: must be true or false, got 'sure'",
+  'quota-mode-conflict':
+    'descriptors[0].rate_limit.quota_mode: true here but false at descriptors[0].quota_mode; give it in one place',
+  'quota-mode-not-bool': "descriptors[0].rate_limit.quota_mode: must be true or false, got '1'",
   'rate-limit-not-a-map': "descriptors[0].rate_limit: must be a map, got '10/s'",
+  'replaces-empty-name': 'descriptors[0].rate_limit.replaces[0].name: must be a non-empty string',
+  'replaces-item-not-a-map': "descriptors[1].rate_limit.replaces[0]: must be a map, got 'general'",
+  'replaces-missing-name': 'descriptors[0].rate_limit.replaces[0].name: is required',
+  'replaces-not-a-list': "descriptors[1].rate_limit.replaces: must be a list, got 'general'",
+  'replaces-own-name':
+    "descriptors[0].rate_limit.replaces[0].name: 'general' is this limit's own name",
+  'replaces-unknown-key':
+    "descriptors[1].rate_limit.replaces[0].domain: unknown key 'domain' (expected one of name)",
+  'replaces-unknown-name':
+    "descriptors[1].descriptors[0].rate_limit.replaces[1].name: no limit named 'genral' in domain 'api'",
+  'replaces-unknown-name-unlimited':
+    "descriptors[1].rate_limit.replaces[0].name: no limit named 'x' in domain 'api'",
   'rpu-over-uint32':
     'descriptors[0].rate_limit.requests_per_unit: must be between 0 and 4294967295, got 4294967296',
-  'string-rpu': "descriptors[0].rate_limit.requests_per_unit: must be an integer, got '100'",
+  'shadow-mode-conflict':
+    'descriptors[0].rate_limit.shadow_mode: false here but true at descriptors[0].shadow_mode; give it in one place',
+  'shadow-mode-not-bool': "descriptors[0].shadow_mode: must be true or false, got 'sometimes'",
+  'share-threshold-on-bare-key':
+    "descriptors[0].share_threshold: needs a wildcard value (one with '*')",
+  'share-threshold-without-wildcard':
+    "descriptors[0].share_threshold: needs a wildcard value (one with '*')",
+  'string-rpu':
+    "descriptors[0].rate_limit.requests_per_unit: must be an integer, got '100' (quoted, so a string)",
   'token-bucket-too-fine':
     'descriptors[0].rate_limit.burst: token bucket too fine for exact integer arithmetic: ' +
     'burst 300000 × 31536000000 (window 31536000000ms / gcd with requests_per_unit) exceeds 2^52; ' +
     'use a shorter unit or window, or a smaller burst',
   'unit-and-window': 'descriptors[0].rate_limit.window: give either unit or window, not both',
   'unknown-descriptor-key':
-    "descriptors[0].rate_limits: unknown key 'rate_limits' (expected one of key, value, rate_limit, descriptors)",
+    "descriptors[0].rate_limits: unknown key 'rate_limits' (expected one of key, value, rate_limit, " +
+    'descriptors, shadow_mode, quota_mode, metadata, detailed_metric, value_to_metric, share_threshold)',
   'unknown-rate-limit-key':
     "descriptors[0].rate_limit.requests_per_second: unknown key 'requests_per_second' " +
-    '(expected one of requests_per_unit, unit, window, algorithm, burst, unlimited, name)',
+    '(expected one of requests_per_unit, unit, window, algorithm, burst, unlimited, name, replaces, ' +
+    'overdraw, shadow_mode, quota_mode, metadata)',
   'unknown-top-key':
     "descriptor: unknown key 'descriptor' (expected one of domain, tenant_key, descriptors)",
   'unlimited-not-bool': "descriptors[0].rate_limit.unlimited: must be true or false, got 'maybe'",
   'unlimited-with-rpu':
     'descriptors[0].rate_limit.requests_per_unit: not allowed with unlimited: true',
+  'unlimited-with-shadow-mode':
+    'descriptors[0].rate_limit.shadow_mode: not allowed with unlimited: true',
   'unlimited-with-unit': 'descriptors[0].rate_limit.unit: not allowed with unlimited: true',
+  'value-to-metric-not-bool':
+    "descriptors[0].value_to_metric: must be true or false, got 'true' (quoted, so a string)",
   'window-not-a-string':
     "descriptors[0].rate_limit.window: invalid duration '30': missing unit after '30'",
   'window-too-long':
@@ -134,6 +164,8 @@ describe('loadRules: valid files', () => {
       algorithm: 'token_bucket',
       burst: 50,
       name: 'acme-total',
+      replaces: [],
+      overdraw: false,
     });
     expect(root.bare.get('client')?.limit).toEqual({
       requestsPerUnit: 10,
@@ -142,6 +174,8 @@ describe('loadRules: valid files', () => {
       algorithm: 'token_bucket',
       burst: 10,
       name: '',
+      replaces: [],
+      overdraw: false,
     });
   });
 
@@ -186,10 +220,16 @@ describe('loadRules: directories', () => {
     expect(rules.domains.get('beta')?.file).toBe('b.yml');
   });
 
-  it('rejects a domain defined in two files, naming both', () => {
+  it('rejects a domain defined in two files, naming both, unless merging', () => {
     expect(messageOf(() => loadRules(join(FIXTURES, 'duplicate-domains'), OPTIONS))).toBe(
-      "b.yaml: domain: 'api' is already defined in a.yaml",
+      "b.yaml: domain: 'api' is already defined in a.yaml (MERGE_DOMAIN_CONFIG=true merges them)",
     );
+    const off = { ...OPTIONS, mergeDomainConfig: false };
+    expect(messageOf(() => loadRules(join(FIXTURES, 'merge'), off))).toBe(
+      "b.yaml: domain: 'api' is already defined in a.yaml (MERGE_DOMAIN_CONFIG=true merges them)",
+    );
+    const merged = loadRules(join(FIXTURES, 'duplicate-domains'), MERGE);
+    expect(merged.domains.get('api')).toMatchObject({ domain: 'api', file: 'a.yaml' });
   });
 
   it('rejects a directory without rules files', () => {
@@ -206,6 +246,192 @@ describe('loadRules: directories', () => {
   it('rejects a path that does not exist', () => {
     expect(messageOf(() => loadRules(join(FIXTURES, 'nowhere.yaml'), OPTIONS))).toMatch(
       /^cannot read rules: ENOENT/,
+    );
+  });
+});
+
+/** The rule at a path of `[key, value]` pairs, value undefined for a bare key; throws if absent. */
+function nodeAt(level: RuleLevel, ...steps: [string, string | undefined][]): RuleNode {
+  let node: RuleNode | undefined;
+  let at = level;
+  for (const [key, value] of steps) {
+    node =
+      value === undefined
+        ? at.bare.get(key)
+        : (at.exact.get(key)?.get(value) ??
+          at.wildcards.find((w) => w.key === key && w.node.value === value)?.node);
+    if (node === undefined) throw new Error(`no rule ${key}=${value ?? ''}`);
+    at = node.children;
+  }
+  if (node === undefined) throw new Error('no steps');
+  return node;
+}
+
+describe('loadRules: the reference flags, metadata, replaces and overdraw', () => {
+  const flags = loadRules(join(FIXTURES, 'valid/flags.yaml'), OPTIONS).domains.get('flags');
+  const root = rootOf(flags);
+  const auth = nodeAt(root, ['service', 'auth']);
+  const users = nodeAt(root, ['service', 'auth'], ['user', 'user-*']);
+  const anyUser = nodeAt(root, ['service', 'auth'], ['user', undefined]);
+  const plan = nodeAt(root, ['plan', undefined]);
+  const internal = nodeAt(root, ['internal', undefined]);
+
+  it('defaults every flag to false, metadata to undefined, replaces to [] and overdraw to false', () => {
+    const basic = rootOf(loadRules(join(FIXTURES, 'valid/basic.yaml'), OPTIONS).domains.get('web'));
+    for (const node of rulesInFileOrder(basic)) {
+      expect(node).toMatchObject({
+        shadowMode: false,
+        quotaMode: false,
+        detailedMetric: false,
+        valueToMetric: false,
+        shareThreshold: false,
+        metadata: undefined,
+      });
+      expect(replacesOf(node)).toEqual([]);
+      if (node.limit !== undefined)
+        expect(node.limit).toMatchObject({ replaces: [], overdraw: false });
+    }
+  });
+
+  it('links each rule to its parent, undefined at the top', () => {
+    expect(auth.parent).toBeUndefined();
+    expect(users.parent).toBe(auth);
+    expect(anyUser.parent).toBe(auth);
+    expect(plan.parent).toBeUndefined();
+  });
+
+  it("names each level's stats key part with the configured value, wildcards included", () => {
+    expect(auth.metricPart).toBe('service_auth');
+    expect(users.metricPart).toBe('user_user-*');
+    expect(anyUser.metricPart).toBe('user');
+    expect(internal.metricPart).toBe('internal');
+    const basic = rootOf(loadRules(join(FIXTURES, 'valid/basic.yaml'), OPTIONS).domains.get('web'));
+    expect(nodeAt(basic, ['client', 'acme'], ['status', '200']).metricPart).toBe('status_200');
+  });
+
+  it('reads the flags given on the descriptor', () => {
+    expect(auth).toMatchObject({ valueToMetric: true, shadowMode: false, detailedMetric: false });
+    expect(users).toMatchObject({
+      shareThreshold: true,
+      shadowMode: true,
+      detailedMetric: true,
+      valueToMetric: false,
+      quotaMode: false,
+    });
+    expect(plan).toMatchObject({ quotaMode: true, shadowMode: false });
+  });
+
+  it('reads quota_mode, shadow_mode and metadata inside rate_limit as on the descriptor', () => {
+    expect(anyUser).toMatchObject({ quotaMode: true, shadowMode: false });
+    expect(plan.metadata).toEqual({ billing: true });
+    expect(auth.metadata).toEqual({ team: 'identity' });
+  });
+
+  it('reads metadata as JSON values', () => {
+    expect(anyUser.metadata).toEqual({
+      string: 'text',
+      integer: -42,
+      float: 2.5,
+      yes: true,
+      nothing: null,
+      empty: null,
+      list: [1, 'two', false, ['nested']],
+      map: { deep: { deeper: null } },
+      since: '2024-01-31',
+      quoted: '0755',
+      octal: 493,
+    });
+  });
+
+  it('keeps a metadata key named __proto__ as a plain key', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tollgate-rules-'));
+    try {
+      const file = join(dir, 'proto.yaml');
+      writeFileSync(
+        file,
+        'domain: p\ndescriptors:\n  - key: k\n    metadata: {__proto__: {polluted: true}}\n',
+      );
+      const metadata = rootOf(loadRules(file, OPTIONS).domains.get('p')).bare.get('k')?.metadata;
+      expect(Object.keys(metadata ?? {})).toEqual(['__proto__']);
+      expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+    } finally {
+      rmSync(dir, { recursive: true });
+    }
+  });
+
+  it('reads replaces as names and overdraw as a flag of the limit', () => {
+    expect(anyUser.limit).toMatchObject({
+      name: 'any-user',
+      replaces: ['users', 'monthly'],
+      overdraw: true,
+    });
+    expect(replacesOf(anyUser)).toEqual(['users', 'monthly']);
+    expect(users.limit).toMatchObject({ replaces: [], overdraw: false });
+  });
+
+  it('lets an unlimited rule replace a limit, read through replacesOf', () => {
+    expect(internal).toMatchObject({ unlimited: true, limit: undefined });
+    expect(replacesOf(internal)).toEqual(['monthly']);
+  });
+
+  it('lists every rule in file order, each before its children', () => {
+    expect(rulesInFileOrder(root).map((node) => node.path)).toEqual([
+      'descriptors[0]',
+      'descriptors[0].descriptors[0]',
+      'descriptors[0].descriptors[1]',
+      'descriptors[1]',
+      'descriptors[2]',
+    ]);
+  });
+});
+
+describe('loadRules: MERGE_DOMAIN_CONFIG', () => {
+  const rules = loadRules(join(FIXTURES, 'merge'), MERGE);
+  const api = rules.domains.get('api');
+  const root = rootOf(api);
+
+  it("adds later files' rules into the same domain, in file order", () => {
+    expect([...rules.domains.keys()]).toEqual(['api', 'other']);
+    expect(api).toMatchObject({ file: 'a.yaml', tenantKey: 'tenant' });
+    expect(rulesInFileOrder(root).map((node) => `${node.file}:${node.path}`)).toEqual([
+      'a.yaml:descriptors[0]',
+      'a.yaml:descriptors[1]',
+      'b.yaml:descriptors[0]',
+      'b.yaml:descriptors[1]',
+      'c.yaml:descriptors[0]',
+    ]);
+    // Wildcards keep file order across files: a.yaml's 'a*' comes before b.yaml's 'ab*'.
+    expect(root.wildcards.map((w) => w.node.value)).toEqual(['a*', 'ab*']);
+    expect(nodeAt(root, ['tenant', 'acme']).limit?.requestsPerUnit).toBe(30);
+  });
+
+  it('checks replaces against the whole merged domain', () => {
+    expect(replacesOf(nodeAt(root, ['route', '/orders']))).toEqual(['general']);
+  });
+
+  it('rejects a rule that another file of the domain already has, naming the later file', () => {
+    expect(messageOf(() => loadRules(join(FIXTURES, 'merge-duplicate'), MERGE))).toBe(
+      "b.yaml: descriptors[1]: duplicate descriptor composite key 'tenant_acme' (same as descriptors[1] in a.yaml)",
+    );
+  });
+
+  it('rejects two different tenant_key values for one domain', () => {
+    expect(messageOf(() => loadRules(join(FIXTURES, 'merge-tenant-key'), MERGE))).toBe(
+      "c.yaml: tenant_key: 'org' differs from 'tenant' in a.yaml for the same domain 'api'",
+    );
+  });
+
+  it('rejects a replaced name that no file of the domain defines', () => {
+    expect(messageOf(() => loadRules(join(FIXTURES, 'merge-replaces-unknown'), MERGE))).toBe(
+      "b.yaml: descriptors[0].rate_limit.replaces[0].name: no limit named 'special' in domain 'api'",
+    );
+  });
+});
+
+describe('loadRules: replaces are scoped to their domain', () => {
+  it("rejects a name that only another domain's limit has", () => {
+    expect(messageOf(() => loadRules(join(FIXTURES, 'replaces-other-domain'), OPTIONS))).toBe(
+      "b.yaml: descriptors[0].rate_limit.replaces[0].name: no limit named 'shared' in domain 'two'",
     );
   });
 });
