@@ -65,7 +65,7 @@ export function explainMatch(rules: DomainRules, entries: readonly Entry[]): Exp
     if (step.node === undefined) {
       const shown = `entry ${index + 1} (${entry.key}=${entry.value})`;
       const reason =
-        parent !== undefined && isEmpty(level)
+        parent !== undefined && isEmptyLevel(level)
           ? `no rule: the descriptor is longer than the rules; ${whereIs(parent)} has no nested descriptors for ${shown}`
           : `no rule: nothing matches ${shown}${parent ? ` under ${whereIs(parent)}` : ''}`;
       return { steps, node: undefined, reason };
@@ -80,7 +80,7 @@ export function explainMatch(rules: DomainRules, entries: readonly Entry[]): Exp
   if (node.unlimited) {
     return { steps, node, reason: `unlimited by ${whereIs(node)}: never limited, no counter` };
   }
-  const reason = isEmpty(node.children)
+  const reason = isEmptyLevel(node.children)
     ? `no rule: ${whereIs(node)} has no rate_limit`
     : `no rule: the descriptor is shorter than the rules; ${whereIs(node)} has no rate_limit, only nested descriptors`;
   return { steps, node: undefined, reason };
@@ -128,7 +128,8 @@ function explainLevel(level: RuleLevel, entry: Entry, index: number): ExplainSte
   return bare !== undefined ? done(bare, 'bare') : done(undefined, undefined);
 }
 
-function isEmpty(level: RuleLevel): boolean {
+/** The level holds no rules: the tree ends here. */
+export function isEmptyLevel(level: RuleLevel): boolean {
   return level.exact.size === 0 && level.wildcards.length === 0 && level.bare.size === 0;
 }
 

@@ -1,0 +1,150 @@
+import type { Entry } from '../check.js';
+import type { StoreError } from '../errors.js';
+import { counterKey } from '../keys.js';
+import { explainMatch, whereIs } from '../rules/explain.js';
+import { matchRule } from '../rules/match.js';
+import type { RuleNode } from '../rules/types.js';
+import { createRedisStore } from '../store/redisStore.js';
+import { NEVER } from '../store/Store.js';
+import {
+  CommandError,
+  DESCRIPTOR_HELP,
+  environment,
+  loadDomain,
+  parse,
+  parseDescriptor,
+  required,
+  showEntries,
+  UsageError,
+  type Command,
+} from './args.js';
+
+const usage = `Usage: tollgate counters get|reset [--config PATH] --domain DOMAIN --descriptor K=V[,K=V...]
+
+Finds the Redis counter a descriptor is decided by (its rule's algorithm and window, the
+domain's tenant_key, CACHE_KEY_PREFIX), then:
+  get    prints the key, the units remaining and the time until reset, consuming nothing
+  reset  deletes the counter, so the next decision starts fresh, and says whether it existed
+
+Redis is the one the service uses: REDIS_URL and the other REDIS_* settings from the
+environment (REDIS_TIMEOUT is raised to at least 1s here). Exits 1 when REDIS_URL is unset or
+no limit applies to the descriptor.
+
+${DESCRIPTOR_HELP}
+
+Options:
+  --config PATH         a rules file or directory; default CONFIG_PATH as the service reads it
+  --domain DOMAIN       the rules' domain
+  --descriptor K=V,...  the descriptor
+  -h, --help            Show this help`;
+
+export const counters: Command = {
+  name: 'counters',
+  summary: "read or reset a descriptor's counter in Redis",
+  usage,
+  async run(args) {
+    const { values, positionals } = parse({
+      args,
+      options: {
+        config: { type: 'string' },
+        domain: { type: 'string' },
+        descriptor: { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      allowPositionals: true,
+    });
+    if (values.help) {
+      console.log(usage);
+      return 0;
+    }
+    const [action, ...extra] = positionals;
+    if (action !== 'get' && action !== 'reset') {
+      throw new UsageError(
+        action === undefined ? 'get or reset is required' : `unknown action '${action}'`,
+      );
+    }
+    if (extra.length > 0) throw new UsageError(`unexpected argument '${extra[0]}'`);
+    const domain = required(values.domain, '--domain');
+    const entries = parseDescriptor(required(values.descriptor, '--descriptor'));
+
+    const settings = environment();
+    if (settings.redis === undefined) {
+      throw new CommandError(
+        'REDIS_URL is not set: counters live in the Redis the service uses (an in-memory store ' +
+          'lives inside its service process and cannot be reached)',
+      );
+    }
+    const rules = loadDomain(values.config, domain);
+    const node = matchRule(rules, entries);
+    const limit = node?.limit;
+    if (node === undefined || limit === undefined) {
+      const { reason } = explainMatch(rules, entries);
+      throw new CommandError(`${showEntries(entries)} has no counter: ${reason}`);
+    }
+    const key = counterKey(
+      settings.cacheKeyPrefix,
+      domain,
+      counterEntries(entries, node),
+      rules.tenantKey,
+      limit.algorithm,
+      limit.windowMs,
+    );
+
+    // A request's bound is too tight for an operator's round trip from elsewhere.
+    const redis = { ...settings.redis, timeoutMs: Math.max(settings.redis.timeoutMs, 1_000) };
+    let lastError: StoreError | undefined;
+    const store = createRedisStore(redis, { onError: (error) => (lastError = error) });
+    try {
+      await store.ping().catch((error: unknown) => {
+        throw lastError ?? error;
+      });
+      console.log(`key ${JSON.stringify(key)}`);
+      console.log(`rule ${whereIs(node)}`);
+      if (action === 'reset') {
+        const existed = (await store.reset([key])) > 0;
+        console.log(existed ? 'reset: the counter existed and is deleted' : 'reset: no counter');
+        return 0;
+      }
+      // Cost 0 checks without consuming; the flags stay off, as for a plain enforced counter.
+      const probe = {
+        key,
+        algorithm: limit.algorithm,
+        windowMs: limit.windowMs,
+        limit: limit.requestsPerUnit,
+        burst: limit.burst,
+        cost: 0,
+        shadow: false,
+        quota: false,
+        overdraw: false,
+      };
+      const decision = await store.decide(
+        [probe],
+        settings.clock === 'local' ? Date.now() : undefined,
+      );
+      const result = decision.results[0];
+      if (result === undefined) throw new CommandError('the store returned no result');
+      console.log(`remaining ${result.remaining} of ${limit.requestsPerUnit}`);
+      console.log(`reset ${result.resetMs === NEVER ? 'never' : `in ${result.resetMs / 1000}s`}`);
+      return 0;
+    } finally {
+      await store.close();
+    }
+  },
+};
+
+/**
+ * The entries the counter is keyed by, as the limiter builds them: at a level matched by a
+ * `share_threshold` wildcard, every value shares the pattern's counter. A copy of limiter.ts's
+ * private counterEntries, which should move beside counterKey so both use one.
+ */
+function counterEntries(entries: readonly Entry[], node: RuleNode): readonly Entry[] {
+  let shared: Entry[] | undefined;
+  let level = entries.length - 1;
+  for (let at: RuleNode | undefined = node; at !== undefined; at = at.parent, level--) {
+    const entry = entries[level];
+    if (!at.shareThreshold || entry === undefined) continue;
+    shared ??= entries.slice();
+    shared[level] = { key: entry.key, value: at.value ?? '' };
+  }
+  return shared ?? entries;
+}

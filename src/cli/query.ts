@@ -1,0 +1,108 @@
+import type { DescriptorStatus } from '../check.js';
+import { createTollgateClient, type CheckResult } from '../client.js';
+import {
+  DESCRIPTOR_HELP,
+  parse,
+  parseDescriptor,
+  required,
+  showEntries,
+  UsageError,
+  type Command,
+} from './args.js';
+
+const usage = `Usage: tollgate query --addr HOST:PORT --domain DOMAIN --descriptor K=V[,K=V...]
+                      [--descriptor ...] [--hits N] [--json]
+
+Asks a running tollgate for a decision, as Envoy would, and prints it: the overall code, then
+each descriptor's code, limit, remaining units and time until reset, then the response headers.
+The check consumes, like any other. Exits 0 when OK, 1 when OVER_LIMIT or when the call fails.
+
+${DESCRIPTOR_HELP}
+
+Options:
+  --addr HOST:PORT      tollgate's gRPC address (plaintext)
+  --domain DOMAIN       the rules' domain
+  --descriptor K=V,...  a descriptor; repeat for several
+  --hits N              the request's cost (hits_addend); default 1
+  --json                print the decision as JSON
+  -h, --help            Show this help`;
+
+const DEADLINE_MS = 5_000;
+const UNLIMITED_REMAINING = 4_294_967_295;
+
+export const query: Command = {
+  name: 'query',
+  summary: 'ask a running tollgate for a decision (consumes)',
+  usage,
+  async run(args) {
+    const { values } = parse({
+      args,
+      options: {
+        addr: { type: 'string' },
+        domain: { type: 'string' },
+        descriptor: { type: 'string', multiple: true },
+        hits: { type: 'string' },
+        json: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    });
+    if (values.help) {
+      console.log(usage);
+      return 0;
+    }
+    const address = required(values.addr, '--addr');
+    const domain = required(values.domain, '--domain');
+    const descriptors = required(values.descriptor, '--descriptor').map(parseDescriptor);
+    if (values.hits !== undefined && !/^\d+$/.test(values.hits)) {
+      throw new UsageError(`--hits: '${values.hits}' is not a whole number`);
+    }
+    const hitsAddend = values.hits === undefined ? undefined : Number(values.hits);
+
+    const client = createTollgateClient({
+      address,
+      deadlineMs: DEADLINE_MS,
+      whenUnavailable: 'throw',
+    });
+    let result: CheckResult;
+    try {
+      result = await client.check({
+        domain,
+        descriptors: descriptors.map((entries) => entries.map((e) => [e.key, e.value] as const)),
+        ...(hitsAddend === undefined ? {} : { hitsAddend }),
+      });
+    } finally {
+      client.close();
+    }
+
+    if (values.json) {
+      console.log(JSON.stringify(result, null, 2));
+    } else {
+      const retry =
+        result.retryAfterSeconds === undefined ? '' : `, retry after ${result.retryAfterSeconds}s`;
+      console.log(`${result.code}${retry}`);
+      result.statuses.forEach((status, i) => {
+        console.log(`  ${showEntries(descriptors[i] ?? [])}: ${showStatus(status)}`);
+      });
+      for (const header of result.headers) console.log(`  header ${header.key}: ${header.value}`);
+    }
+    return result.allowed ? 0 : 1;
+  },
+};
+
+function showStatus(status: DescriptorStatus): string {
+  const limit = status.currentLimit;
+  if (limit === undefined) {
+    return `${status.code}, ${status.limitRemaining === UNLIMITED_REMAINING ? 'unlimited' : 'no limit'}`;
+  }
+  // A window that is no whole unit reports unit UNKNOWN and carries `window=30s` in the name.
+  const per = limit.unit === 'unknown' ? '' : ` per ${limit.unit}`;
+  const name = limit.name === '' ? '' : ` (${JSON.stringify(limit.name)})`;
+  const reset =
+    status.durationUntilResetMs === undefined
+      ? ', no reset time'
+      : `, resets in ${status.durationUntilResetMs / 1000}s`;
+  return (
+    `${status.code}, limit ${limit.requestsPerUnit}${per}${name}, ` +
+    `${status.limitRemaining} remaining${reset}`
+  );
+}
