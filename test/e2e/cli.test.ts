@@ -1,0 +1,259 @@
+// The built `tollgate` command (dist/cli/main.js, built by test/globalSetup.ts), run as an operator
+// would: its output and exit codes, against rules files, a running service and a real Redis.
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { counterKey } from '../../src/keys.js';
+import { startRedis, freePort, type TestRedis } from '../support/redis.js';
+import { d, startTollgate, writeRules, type Tollgate } from '../support/tollgate.js';
+
+const RULES = `
+domain: api
+descriptors:
+  - key: tenant
+    value: acme
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: fixed_window}
+    descriptors:
+      - key: route
+        value: '/orders*'
+        rate_limit: {requests_per_unit: 100, window: 30s, name: orders}
+      - key: route
+        rate_limit: {unlimited: true}
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: token_bucket, burst: 1}
+`;
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs the CLI with only PATH and `env` in its environment, so no outside setting leaks in. */
+function cli(args: string[], env: Record<string, string> = {}): Promise<Run> {
+  const child = spawn(process.execPath, ['dist/cli/main.js', ...args], {
+    env: { PATH: process.env.PATH ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  return new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+const rulesPath = writeRules(RULES);
+
+describe('usage', () => {
+  it('lists the commands with --help, and exits 2 on a usage error', async () => {
+    const help = await cli(['--help']);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/check-config.*\n.*query.*\n.*explain.*\n.*counters/);
+    expect(await cli([])).toMatchObject({ code: 2, stdout: '' });
+    expect(await cli(['frobnicate'])).toMatchObject({ code: 2 });
+
+    const commandHelp = await cli(['query', '--help']);
+    expect(commandHelp.code).toBe(0);
+    expect(commandHelp.stdout).toContain('Usage: tollgate query --addr HOST:PORT');
+    const unknown = await cli(['explain', '--domain', 'api', '--bogus']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toMatch(/^tollgate explain: Unknown option '--bogus'/);
+    const missing = await cli(['explain', '--config', rulesPath, '--domain', 'api']);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toMatch(/^tollgate explain: --descriptor is required/);
+  });
+});
+
+describe('check-config', () => {
+  it('prints one line per rule, with DEFAULT_ALGORITHM from the environment', async () => {
+    const run = await cli(['check-config', rulesPath], { DEFAULT_ALGORITHM: 'fixed_window' });
+    expect(run).toMatchObject({ code: 0, stderr: '' });
+    expect(run.stdout.split('\n')).toEqual([
+      'api tenant=acme => requests_per_unit=5 unit=minute algorithm=fixed_window',
+      'api tenant=acme route=/orders* => requests_per_unit=100 window=30s algorithm=fixed_window name="orders"',
+      'api tenant=acme route => unlimited',
+      'api tenant => requests_per_unit=1 unit=second algorithm=token_bucket burst=1',
+      '',
+    ]);
+  });
+
+  it('exits 1 with the rules error for a bad file', async () => {
+    const bad = fileURLToPath(new URL('../fixtures/rules/invalid/bad-unit.yaml', import.meta.url));
+    const run = await cli(['check-config', bad]);
+    expect(run).toMatchObject({ code: 1, stdout: '' });
+    expect(run.stderr).toBe(
+      'tollgate check-config: bad-unit.yaml: descriptors[0].descriptors[1].rate_limit.unit: ' +
+        "'minutes' is not one of second, minute, hour, day, week, month, year\n",
+    );
+  });
+});
+
+describe('explain', () => {
+  it('shows what each entry tried and which limit applies', async () => {
+    const run = await cli([
+      'explain',
+      '--config',
+      rulesPath,
+      '--domain',
+      'api',
+      '--descriptor',
+      'tenant=acme,route=/orders?id=1\\,2',
+    ]);
+    expect(run).toMatchObject({ code: 0, stderr: '' });
+    expect(run.stdout).toBe(
+      [
+        'api tenant=acme,route=/orders?id=1\\,2',
+        '  1. tenant=acme',
+        '       exact "acme": matches rules.yaml descriptors[0]',
+        '  2. route=/orders?id=1\\,2',
+        '       exact "/orders?id=1,2": no rule',
+        '       wildcard "/orders*": matches rules.yaml descriptors[0].descriptors[0]',
+        '  => limited by rules.yaml descriptors[0].descriptors[0]: ' +
+          'requests_per_unit=100 window=30s algorithm=sliding_window name="orders"',
+        '',
+      ].join('\n'),
+    );
+  });
+
+  it('exits 1 for a domain the rules do not have', async () => {
+    const run = await cli([
+      'explain',
+      '--config',
+      rulesPath,
+      '--domain',
+      'web',
+      '--descriptor',
+      'a=b',
+    ]);
+    expect(run).toMatchObject({
+      code: 1,
+      stderr: "tollgate explain: no domain 'web' in the rules (domains: api)\n",
+    });
+  });
+});
+
+describe('query', () => {
+  let tollgate: Tollgate;
+  beforeAll(async () => {
+    tollgate = await startTollgate({ rules: RULES });
+  });
+  afterAll(async () => {
+    await tollgate?.stop();
+  });
+  const query = (...args: string[]) =>
+    cli(['query', '--addr', tollgate.address, '--domain', 'api', ...args]);
+
+  it('exits 0 when OK and 1 when OVER_LIMIT, printing each descriptor', async () => {
+    const ok = await query('--descriptor', 'tenant=bob', '--descriptor', 'tenant=acme,route=/x');
+    expect(ok).toMatchObject({ code: 0, stderr: '' });
+    expect(ok.stdout).toMatch(
+      /^OK\n {2}tenant=bob: OK, limit 1 per second, 0 remaining, resets in 1s\n {2}tenant=acme,route=\/x: OK, unlimited\n/,
+    );
+    const over = await query('--descriptor', 'tenant=bob');
+    expect(over).toMatchObject({ code: 1, stderr: '' });
+    expect(over.stdout).toMatch(
+      /^OVER_LIMIT, retry after 1s\n {2}tenant=bob: OVER_LIMIT, limit 1 per second, 0 remaining, resets in 1s\n/,
+    );
+  });
+
+  it('prints JSON with --json and charges --hits', async () => {
+    const run = await query('--descriptor', 'tenant=acme', '--hits', '3', '--json');
+    expect(run.code).toBe(0);
+    expect(JSON.parse(run.stdout)).toMatchObject({
+      source: 'service',
+      allowed: true,
+      code: 'OK',
+      statuses: [
+        {
+          code: 'OK',
+          currentLimit: { requestsPerUnit: 5, unit: 'minute', name: '' },
+          limitRemaining: 2,
+        },
+      ],
+    });
+  });
+
+  it('exits 1 with the message when tollgate is unreachable', async () => {
+    const addr = `127.0.0.1:${await freePort()}`;
+    const run = await cli(['query', '--addr', addr, '--domain', 'api', '--descriptor', 'a=b']);
+    expect(run).toMatchObject({ code: 1, stdout: '' });
+    expect(run.stderr).toMatch(/^tollgate query: tollgate unavailable: 14 UNAVAILABLE/);
+  });
+});
+
+describe('counters', () => {
+  let redis: TestRedis;
+  let tollgate: Tollgate;
+  beforeAll(async () => {
+    redis = await startRedis();
+    tollgate = await startTollgate({ rules: RULES, redisUrl: redis.url });
+  });
+  afterAll(async () => {
+    await tollgate?.stop();
+    await redis?.stop();
+  });
+  const counters = (action: string, descriptor: string) =>
+    cli(
+      ['counters', action, '--config', rulesPath, '--domain', 'api', '--descriptor', descriptor],
+      {
+        REDIS_URL: redis.url,
+      },
+    );
+  const key = counterKey(
+    '',
+    'api',
+    [{ key: 'tenant', value: 'acme' }],
+    undefined,
+    'fixed_window',
+    60_000,
+  );
+
+  it('reads a counter without consuming, and reset makes the next decision fresh', async () => {
+    await tollgate.check({ domain: 'api', descriptors: [d('tenant', 'acme')] });
+    await tollgate.check({ domain: 'api', descriptors: [d('tenant', 'acme')] });
+
+    for (let i = 0; i < 2; i++) {
+      const get = await counters('get', 'tenant=acme');
+      expect(get).toMatchObject({ code: 0, stderr: '' });
+      expect(get.stdout).toBe(
+        `key ${JSON.stringify(key)}\nrule rules.yaml descriptors[0]\nremaining 3 of 5\nreset in 60s\n`,
+      );
+    }
+
+    const reset = await counters('reset', 'tenant=acme');
+    expect(reset).toMatchObject({ code: 0, stderr: '' });
+    expect(reset.stdout).toContain('reset: the counter existed and is deleted\n');
+    expect(await redis.client.exists(key)).toBe(0);
+    const next = await tollgate.check({ domain: 'api', descriptors: [d('tenant', 'acme')] });
+    expect(next.statuses?.[0]?.limit_remaining).toBe(4);
+  });
+
+  it('writes nothing when reading a counter that does not exist', async () => {
+    expect((await counters('get', 'tenant=zed')).stdout).toContain('remaining 1 of 1\n');
+    expect((await counters('reset', 'tenant=zed')).stdout).toContain('reset: no counter\n');
+  });
+
+  it('exits 1 when no limit applies, or without REDIS_URL', async () => {
+    const unlimited = await counters('get', 'tenant=acme,route=/health');
+    expect(unlimited.code).toBe(1);
+    expect(unlimited.stderr).toBe(
+      'tollgate counters: tenant=acme,route=/health has no counter: unlimited by ' +
+        'rules.yaml descriptors[0].descriptors[1]: never limited, no counter\n',
+    );
+    const noRedis = await cli([
+      'counters',
+      'get',
+      '--config',
+      rulesPath,
+      '--domain',
+      'api',
+      '--descriptor',
+      'tenant=acme',
+    ]);
+    expect(noRedis.code).toBe(1);
+    expect(noRedis.stderr).toMatch(/^tollgate counters: REDIS_URL is not set/);
+  });
+});
