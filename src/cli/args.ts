@@ -5,7 +5,7 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { Entry } from '../check.js';
 import { loadRules } from '../rules/loadRules.js';
-import type { DomainRules } from '../rules/types.js';
+import type { DomainRules, RuleSet } from '../rules/types.js';
 import { readSettings, type Settings } from '../settings.js';
 
 export interface Command {
@@ -89,10 +89,18 @@ export function environment(): Settings {
   return settings;
 }
 
-/** One domain's rules, from `configPath` or else the environment's CONFIG_PATH. */
+/** The rules at `configPath`, or else the environment's CONFIG_PATH, loaded as the service would. */
+export function loadConfig(configPath: string | undefined): RuleSet {
+  const settings = environment();
+  return loadRules(configPath ?? settings.configPath, {
+    defaultAlgorithm: settings.defaultAlgorithm,
+    mergeDomainConfig: settings.mergeDomainConfig,
+  });
+}
+
+/** One domain's rules; see loadConfig. */
 export function loadDomain(configPath: string | undefined, domain: string): DomainRules {
-  const { configPath: configured, defaultAlgorithm } = environment();
-  const rules = loadRules(configPath ?? configured, { defaultAlgorithm });
+  const rules = loadConfig(configPath);
   const found = rules.domains.get(domain);
   if (found === undefined) {
     const known = [...rules.domains.keys()].join(', ');

@@ -128,8 +128,7 @@ function explainLevel(level: RuleLevel, entry: Entry, index: number): ExplainSte
   return bare !== undefined ? done(bare, 'bare') : done(undefined, undefined);
 }
 
-/** The level holds no rules: the tree ends here. */
-export function isEmptyLevel(level: RuleLevel): boolean {
+function isEmptyLevel(level: RuleLevel): boolean {
   return level.exact.size === 0 && level.wildcards.length === 0 && level.bare.size === 0;
 }
 

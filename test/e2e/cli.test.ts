@@ -21,6 +21,10 @@ descriptors:
         rate_limit: {unlimited: true}
   - key: tenant
     rate_limit: {unit: second, requests_per_unit: 1, algorithm: token_bucket, burst: 1}
+  - key: path
+    value: '/api/*'
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: fixed_window}
 `;
 
 interface Run {
@@ -72,10 +76,11 @@ describe('check-config', () => {
     const run = await cli(['check-config', rulesPath], { DEFAULT_ALGORITHM: 'fixed_window' });
     expect(run).toMatchObject({ code: 0, stderr: '' });
     expect(run.stdout.split('\n')).toEqual([
-      'api tenant=acme => requests_per_unit=5 unit=minute algorithm=fixed_window',
-      'api tenant=acme route=/orders* => requests_per_unit=100 window=30s algorithm=fixed_window name="orders"',
-      'api tenant=acme route => unlimited',
-      'api tenant => requests_per_unit=1 unit=second algorithm=token_bucket burst=1',
+      'api.tenant_acme: unit=MINUTE requests_per_unit=5, algorithm=fixed_window, shadow_mode: false',
+      'api.tenant_acme.route_/orders*: window=30s requests_per_unit=100, algorithm=fixed_window, name=orders, shadow_mode: false',
+      'api.tenant_acme.route: unlimited, shadow_mode: false',
+      'api.tenant: unit=SECOND requests_per_unit=1, algorithm=token_bucket, burst=1, shadow_mode: false',
+      'api.path_/api/*: unit=MINUTE requests_per_unit=10, algorithm=fixed_window, shadow_mode: false, share_threshold: true',
       '',
     ]);
   });
@@ -229,6 +234,12 @@ describe('counters', () => {
     expect(await redis.client.exists(key)).toBe(0);
     const next = await tollgate.check({ domain: 'api', descriptors: [d('tenant', 'acme')] });
     expect(next.statuses?.[0]?.limit_remaining).toBe(4);
+  });
+
+  it("finds the counter a share_threshold wildcard's values share", async () => {
+    await tollgate.check({ domain: 'api', descriptors: [d('path', '/api/a')] });
+    await tollgate.check({ domain: 'api', descriptors: [d('path', '/api/b')] });
+    expect((await counters('get', 'path=/api/c')).stdout).toContain('remaining 8 of 10\n');
   });
 
   it('writes nothing when reading a counter that does not exist', async () => {
