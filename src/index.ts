@@ -1,6 +1,9 @@
 /**
- * tollgate's public API: the client for services that call tollgate directly, and the service
- * itself for embedding in another process (`createService(readSettings())`).
+ * tollgate's public API: the client for services that call tollgate directly.
+ *
+ * The service itself (createService, readSettings) is left out on purpose: importing it loads
+ * ioredis, pino, prom-client and OpenTelemetry, about three times the client's start-up cost,
+ * which every caller of the client would pay. Embedding wants its own entry point.
  */
 export {
   createTollgateClient,
@@ -16,6 +19,3 @@ export {
   type TollgateClientOptions,
 } from './client.js';
 export type { Code, CurrentLimit, DescriptorStatus, Header, ReportedUnit } from './check.js';
-export { RulesError, SettingsError } from './errors.js';
-export { createService, type Service, type ServiceOptions } from './service.js';
-export { readSettings, type Settings } from './settings.js';
