@@ -135,6 +135,38 @@ descriptors:
   });
 });
 
+describe('matchRule: what a match tells the limiter', () => {
+  const flagged = rules(`
+domain: test
+descriptors:
+  - key: tenant
+    value: acme
+    descriptors:
+      - key: path
+        value: 'files/*'
+        share_threshold: true
+        shadow_mode: true
+        ${limit('files')}
+      - key: path
+        quota_mode: true
+        rate_limit: {name: any-path, unit: minute, requests_per_unit: 5, overdraw: true, replaces: [{name: files}]}
+`);
+
+  it("walks back up through parent pointers, one per entry, to the rule's level", () => {
+    const node = matchRule(flagged, entries(['tenant', 'acme'], ['path', 'files/a/b']));
+    expect(node).toMatchObject({ value: 'files/*', shareThreshold: true, shadowMode: true });
+    const chain: string[] = [];
+    for (let at = node; at !== undefined; at = at.parent) chain.unshift(at.metricPart);
+    expect(chain).toEqual(['tenant_acme', 'path_files/*']);
+  });
+
+  it('returns the flags and the limit of the rule matched', () => {
+    const node = matchRule(flagged, entries(['tenant', 'acme'], ['path', '/other']));
+    expect(node).toMatchObject({ value: undefined, quotaMode: true, shareThreshold: false });
+    expect(node?.limit).toMatchObject({ name: 'any-path', overdraw: true, replaces: ['files'] });
+  });
+});
+
 describe('config/example.yaml', () => {
   const example = fileURLToPath(new URL('../../config/example.yaml', import.meta.url));
   const api = loadRules(example, OPTIONS).domains.get('api');
