@@ -83,10 +83,10 @@ export const showEntries = (entries: readonly Entry[]): string =>
     .join(',');
 
 /** The environment's settings (DEFAULT_ALGORITHM, CONFIG_PATH, REDIS_*, ...); read once. */
-let settings: Settings | undefined;
+let cached: Settings | undefined;
 export function environment(): Settings {
-  settings ??= readSettings(process.env);
-  return settings;
+  cached ??= readSettings(process.env);
+  return cached;
 }
 
 /** The rules at `configPath`, or else the environment's CONFIG_PATH, loaded as the service would. */

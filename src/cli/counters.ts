@@ -5,7 +5,7 @@ import { explainMatch, whereIs } from '../rules/explain.js';
 import { matchRule } from '../rules/match.js';
 import type { RuleNode } from '../rules/types.js';
 import { createRedisStore } from '../store/redisStore.js';
-import { NEVER } from '../store/Store.js';
+import { NEVER, type CounterCheck } from '../store/Store.js';
 import {
   CommandError,
   DESCRIPTOR_HELP,
@@ -106,7 +106,7 @@ export const counters: Command = {
         return 0;
       }
       // Cost 0 checks without consuming; the flags stay off, as for a plain enforced counter.
-      const probe = {
+      const probe: CounterCheck = {
         key,
         algorithm: limit.algorithm,
         windowMs: limit.windowMs,
