@@ -25,8 +25,10 @@ export interface GrpcServerOptions {
   limits: RequestLimits;
   /** Told of each error answered INTERNAL, i.e. a bug, for the caller to log. */
   onInternalError?(error: unknown): void;
-  /** grpc-js server options, e.g. message size limits or keepalive. */
+  /** grpc-js server options, e.g. message size limits or keepalive (see `grpcServerOptions`). */
   serverOptions?: grpc.ServerOptions;
+  /** TLS for every address listened on (see `createServerCredentials`); insecure by default. */
+  credentials?: grpc.ServerCredentials;
 }
 
 export interface GrpcServer {
@@ -96,11 +98,12 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
   health.addToServer(server);
   addReflection(server, packageDefinition);
 
+  const credentials = options.credentials ?? grpc.ServerCredentials.createInsecure();
   const listen = (host: string, port?: number): Promise<number> => {
     const bare = host.includes(':') && !host.startsWith('['); // an IPv6 literal needs brackets
     const address = port === undefined ? host : `${bare ? `[${host}]` : host}:${port}`;
     return new Promise((resolve, reject) => {
-      server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (error, bound) =>
+      server.bindAsync(address, credentials, (error, bound) =>
         error ? reject(error) : resolve(address.startsWith('unix:') ? 0 : bound),
       );
     });

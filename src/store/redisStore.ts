@@ -1,6 +1,8 @@
+import { readFileSync } from 'node:fs';
+import { createSecureContext, type ConnectionOptions } from 'node:tls';
 import { Redis } from 'ioredis';
-import { StoreError } from '../errors.js';
-import type { RedisSettings } from '../settings.js';
+import { SettingsError, StoreError } from '../errors.js';
+import type { RedisSettings, RedisTls } from '../settings.js';
 import type { CounterCheck, CounterResult, Store, StoreDecision } from './Store.js';
 import { ALGORITHM_CODES, loadDecisionScript } from './script.js';
 
@@ -26,7 +28,10 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
     username: settings.username,
     password: settings.password,
     db: settings.db,
-    tls: settings.tls ? {} : undefined,
+    tls: settings.tls ? tlsOptions(settings.tls) : undefined,
+    // The ready check sends INFO, which the least-privilege ACL user lacks (see README). Without
+    // it, a Redis still loading its data answers LOADING, which fails fast like any outage.
+    enableReadyCheck: false,
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     commandTimeout: settings.timeoutMs,
@@ -96,6 +101,33 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
       redis.disconnect();
     },
   };
+}
+
+/** Reads the TLS files once, at start-up, so a bad path or a mismatched pair stops it. */
+function tlsOptions(tls: RedisTls): ConnectionOptions {
+  const read = (setting: string, path: string | undefined) => {
+    if (path === undefined) return undefined;
+    try {
+      return readFileSync(path);
+    } catch (error) {
+      throw new SettingsError(`${setting}: cannot read '${path}': ${(error as Error).message}`);
+    }
+  };
+  const options: ConnectionOptions = {
+    ca: read('REDIS_TLS_CACERT', tls.caPath),
+    cert: read('REDIS_TLS_CLIENT_CERT', tls.clientCertPath),
+    key: read('REDIS_TLS_CLIENT_KEY', tls.clientKeyPath),
+  };
+  try {
+    createSecureContext(options);
+  } catch (error) {
+    throw new SettingsError(
+      `REDIS_TLS_CLIENT_CERT, REDIS_TLS_CLIENT_KEY: not a certificate and its key (${(error as Error).message})`,
+    );
+  }
+  // The reference's REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: the chain is still verified.
+  if (tls.skipHostnameVerification) options.checkServerIdentity = () => undefined;
+  return options;
 }
 
 /** Waits for a connection under way, so a probe right after start-up sees it. */

@@ -1,0 +1,263 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { StoreError } from '../../src/errors.js';
+import { counterKey } from '../../src/keys.js';
+import type { RedisSettings } from '../../src/settings.js';
+import { createRedisStore } from '../../src/store/redisStore.js';
+import type { Store } from '../../src/store/Store.js';
+import { makeCerts, type TestCerts } from '../support/certs.js';
+import { freePort, startRedis, type TestRedis } from '../support/redis.js';
+
+// The Redis store over TLS (rediss://), and as a Redis ACL user that holds only what tollgate
+// needs: README's ACL line, whose every command is shown to be needed.
+
+const DAY_MS = 86_400_000;
+const stores: Store[] = [];
+const errors: StoreError[] = [];
+
+function store(settings: Partial<RedisSettings>): Store {
+  const created = createRedisStore(
+    {
+      type: 'single',
+      host: '127.0.0.1',
+      port: 0,
+      username: undefined,
+      password: undefined,
+      db: 0,
+      tls: undefined,
+      timeoutMs: 2_000,
+      ...settings,
+    },
+    { onError: (error) => errors.push(error) },
+  );
+  stores.push(created);
+  return created;
+}
+
+afterEach(async () => {
+  await Promise.all(stores.splice(0).map((s) => s.close()));
+  errors.length = 0;
+  vi.restoreAllMocks();
+});
+
+/** A counter of 3 a day for tenant acme (a day, so that no window ends mid-test). */
+function counter(prefix: string) {
+  const key = counterKey(
+    prefix,
+    'api',
+    [{ key: 'tenant', value: 'acme' }],
+    undefined,
+    'fixed_window',
+    DAY_MS,
+  );
+  const check = { key, algorithm: 'fixed_window' as const, windowMs: DAY_MS, limit: 3, burst: 3 };
+  return { ...check, cost: 1, shadow: false, quota: false, overdraw: false };
+}
+
+/** Units left after each of `times` decisions on `store`'s counter (the store's clock). */
+async function remaining(s: Store, prefix: string, times: number): Promise<number[]> {
+  const left = [];
+  for (let i = 0; i < times; i++) {
+    const decision = await s.decide([counter(prefix)], undefined);
+    left.push(decision.results[0]!.remaining);
+  }
+  return left;
+}
+
+describe('Redis over TLS', () => {
+  let certs: TestCerts;
+  let redis: ChildProcess;
+  let port: number;
+
+  beforeAll(async () => {
+    certs = makeCerts();
+    port = await freePort();
+    // TLS only, on two loopback addresses: the certificate names 127.0.0.1, not 127.0.0.2.
+    redis = spawn(
+      'redis-server',
+      [
+        ...['--port', '0', '--tls-port', String(port), '--bind', '127.0.0.1', '127.0.0.2'],
+        ...['--tls-cert-file', certs.server.cert, '--tls-key-file', certs.server.key],
+        ...['--tls-ca-cert-file', certs.ca, '--tls-auth-clients', 'yes'],
+        ...['--save', '', '--appendonly', 'no'],
+      ],
+      { stdio: 'ignore' },
+    );
+    await waitForTls(port, certs);
+  });
+
+  afterAll(() => {
+    redis?.kill('SIGKILL');
+  });
+
+  const tls = () => ({
+    caPath: certs.ca,
+    clientCertPath: certs.client.cert,
+    clientKeyPath: certs.client.key,
+    skipHostnameVerification: false,
+  });
+
+  it('decides over rediss:// with the CA and a client certificate', async () => {
+    const s = store({ port, tls: tls() });
+    await s.ping();
+    expect(await remaining(s, '', 2)).toEqual([2, 1]);
+  });
+
+  it('uses the CA and the client certificate it is given', async () => {
+    await expect(store({ port, tls: { ...tls(), caPath: undefined } }).ping()).rejects.toThrow(
+      StoreError,
+    );
+    // Redis sends its CA along, which the system's roots do not hold.
+    expect(errors.map((e) => e.message)).toContain(
+      'redis: self-signed certificate in certificate chain',
+    );
+    errors.length = 0;
+
+    const anonymous = { ...tls(), clientCertPath: undefined, clientKeyPath: undefined };
+    await expect(store({ port, tls: anonymous }).ping()).rejects.toThrow(StoreError);
+  });
+
+  it('stops start-up on files it cannot use, naming the setting', () => {
+    expect(() => store({ port, tls: { ...tls(), caPath: '/nonexistent/ca.crt' } })).toThrow(
+      /^REDIS_TLS_CACERT: cannot read '\/nonexistent\/ca.crt'/,
+    );
+    expect(() => store({ port, tls: { ...tls(), clientKeyPath: certs.server.key } })).toThrow(
+      /^REDIS_TLS_CLIENT_CERT, REDIS_TLS_CLIENT_KEY: not a certificate and its key/,
+    );
+  });
+
+  it('verifies the host name unless REDIS_TLS_SKIP_HOSTNAME_VERIFICATION', async () => {
+    await expect(store({ host: '127.0.0.2', port, tls: tls() }).ping()).rejects.toThrow(StoreError);
+    expect(errors.map((e) => e.message)).toContainEqual(
+      expect.stringMatching(/IP: 127\.0\.0\.2 is not in the cert's list/),
+    );
+
+    const skipping = store({
+      host: '127.0.0.2',
+      port,
+      tls: { ...tls(), skipHostnameVerification: true },
+    });
+    await skipping.ping();
+    expect(await remaining(skipping, 'skip:', 1)).toEqual([2]);
+  });
+});
+
+describe('a least-privilege ACL user', () => {
+  const COMMANDS = ['+evalsha', '+eval', '+hmget', '+hset', '+pexpire', '+time', '+ping', '+del'];
+  /** README's ACL line for CACHE_KEY_PREFIX=`prefix`, with these commands. */
+  const acl = (prefix: string, commands = COMMANDS) => [
+    'on',
+    '>secret',
+    'resetkeys',
+    `~${prefix}tg:*`,
+    'resetchannels',
+    '-@all',
+    ...commands,
+  ];
+  let redis: TestRedis;
+
+  beforeAll(async () => {
+    redis = await startRedis();
+  });
+
+  afterAll(async () => {
+    await redis?.stop();
+  });
+
+  /** A store as `user`, on a Redis that has forgotten the script (so the first call is EVAL). */
+  async function storeAs(user: string, rules: string[]): Promise<Store> {
+    await redis.client.call('ACL', 'SETUSER', user, 'reset', ...rules);
+    await redis.client.call('SCRIPT', 'FLUSH');
+    const s = store({ host: redis.host, port: redis.port, username: user, password: 'secret' });
+    await s.ping().catch(() => undefined); // connected, whether or not the user may PING
+    return s;
+  }
+
+  it('decides, probes and resets with only the commands of the ACL line', async () => {
+    const warn = vi.spyOn(console, 'warn');
+    const prefix = 'edge1:';
+    const s = await storeAs('tollgate', acl(prefix));
+    expect(await remaining(s, prefix, 2)).toEqual([2, 1]);
+    const local = await s.decide([counter(prefix)], Date.now()); // CLOCK=local
+    expect(local.results[0]!.remaining).toBe(0);
+    expect(await s.reset([counter(prefix).key])).toBe(1);
+    // ioredis's ready check would need INFO, and warn on each connection without it.
+    expect(warn).not.toHaveBeenCalled();
+  });
+
+  it('refuses the user anything else', async () => {
+    const prefix = 'edge2:';
+    const s = await storeAs('tollgate', acl(prefix));
+    await expect(s.decide([counter('other:')], undefined)).rejects.toMatchObject({
+      name: 'StoreError',
+      kind: 'auth',
+    });
+
+    const raw = new Redis({
+      host: redis.host,
+      port: redis.port,
+      username: 'tollgate',
+      password: 'secret',
+      enableReadyCheck: false,
+    });
+    try {
+      for (const command of [['GET', counter(prefix).key], ['INFO'], ['FLUSHALL'], ['KEYS', '*']]) {
+        await expect(raw.call(command[0]!, ...command.slice(1))).rejects.toThrow(/^NOPERM/);
+      }
+    } finally {
+      raw.disconnect();
+    }
+  });
+
+  it.each(COMMANDS)('needs %s', async (needed) => {
+    const prefix = 'edge3:';
+    const s = await storeAs(
+      `without-${needed.slice(1)}`,
+      acl(
+        prefix,
+        COMMANDS.filter((c) => c !== needed),
+      ),
+    );
+    const attempts = [
+      () => remaining(s, prefix, 2),
+      () => s.ping(),
+      () => s.reset([counter(prefix).key]),
+    ];
+    const failures: string[] = [];
+    for (const attempt of attempts) {
+      await attempt().catch((error: StoreError) => failures.push(error.message));
+    }
+    expect(failures).not.toEqual([]);
+  });
+});
+
+/** Resolves once redis-server answers PING over TLS. */
+async function waitForTls(port: number, certs: TestCerts): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const probe = new Redis({
+      host: '127.0.0.1',
+      port,
+      lazyConnect: true,
+      retryStrategy: () => null,
+      tls: {
+        ca: readFileSync(certs.ca),
+        cert: readFileSync(certs.client.cert),
+        key: readFileSync(certs.client.key),
+      },
+    });
+    probe.on('error', () => undefined);
+    try {
+      await probe.connect();
+      await probe.ping();
+      return;
+    } catch (error) {
+      if (Date.now() > deadline) throw new Error(`redis-server with TLS did not start: ${error}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    } finally {
+      probe.disconnect();
+    }
+  }
+}
