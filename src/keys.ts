@@ -1,5 +1,5 @@
 import type { Entry } from './check.js';
-import type { Algorithm } from './rules/types.js';
+import type { Algorithm, RuleNode } from './rules/types.js';
 
 /**
  * Counter keys: one per (domain, tenant, route, algorithm, window).
@@ -60,4 +60,20 @@ export function counterKey(
     else route += pair;
   }
   return `${prefix}tg:{${escapeTag(tag)}}${tenant}|${route}|${ALGORITHM_CODES[algorithm]}:${windowMs}`;
+}
+
+/**
+ * The entries a counter is keyed by: the request's, except at levels matched by a
+ * `share_threshold` wildcard, where every matching value shares the pattern's counter.
+ */
+export function counterEntries(entries: readonly Entry[], node: RuleNode): readonly Entry[] {
+  let shared: Entry[] | undefined;
+  let level = entries.length - 1;
+  for (let at: RuleNode | undefined = node; at !== undefined; at = at.parent, level--) {
+    const entry = entries[level];
+    if (!at.shareThreshold || entry === undefined) continue;
+    shared ??= entries.slice();
+    shared[level] = { key: entry.key, value: at.value ?? '' };
+  }
+  return shared ?? entries;
 }

@@ -4,13 +4,12 @@ import type {
   Decision,
   Descriptor,
   DescriptorStatus,
-  Entry,
   LimitOverride,
 } from './check.js';
 import { formatDuration } from './duration.js';
 import { InvalidRequestError, StoreError } from './errors.js';
 import { responseHeaders, type HeaderCandidate, type ReferenceHeaderNames } from './headers.js';
-import { counterKey } from './keys.js';
+import { counterEntries, counterKey } from './keys.js';
 import type { CheckObserver, RuleOutcome } from './outcome.js';
 import { matchRule } from './rules/match.js';
 import { entriesMetricKey, metricKeyOf } from './rules/metricKey.js';
@@ -252,9 +251,9 @@ function replacedNames(
 ): Set<string> | undefined {
   let names: Set<string> | undefined;
   for (let i = 0; i < nodes.length; i++) {
-    const limit = nodes[i]?.limit;
-    if (limit === undefined || descriptors[i]?.limit !== undefined) continue;
-    for (const name of limit.replaces) (names ??= new Set()).add(name);
+    const node = nodes[i];
+    if (node === undefined || descriptors[i]?.limit !== undefined) continue;
+    for (const name of node.replaces) (names ??= new Set()).add(name);
   }
   return names;
 }
@@ -294,22 +293,6 @@ function addCounter(
   counter.quota &&= quota;
   counter.overdraw ||= limit.overdraw;
   return slot;
-}
-
-/**
- * The entries a counter is keyed by: the request's, except at levels matched by a
- * `share_threshold` wildcard, where every matching value shares the pattern's counter.
- */
-function counterEntries(entries: readonly Entry[], node: RuleNode): readonly Entry[] {
-  let shared: Entry[] | undefined;
-  let level = entries.length - 1;
-  for (let at: RuleNode | undefined = node; at !== undefined; at = at.parent, level--) {
-    const entry = entries[level];
-    if (!at.shareThreshold || entry === undefined) continue;
-    shared ??= entries.slice();
-    shared[level] = { key: entry.key, value: at.value ?? '' };
-  }
-  return shared ?? entries;
 }
 
 /** Matched rules' metadata merged in request order, later keys winning. */
@@ -352,7 +335,6 @@ function overrideLimit(
     algorithm,
     burst: limit,
     name: rule?.name ?? '',
-    replaces: [],
     overdraw: false,
   };
 }

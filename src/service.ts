@@ -1,29 +1,42 @@
+import type { Check, Decision } from './check.js';
+import { InvalidRequestError, StoreError } from './errors.js';
+import { createServerCredentials } from './grpc/credentials.js';
 import { createGrpcServer } from './grpc/server.js';
+import { grpcServerOptions } from './grpc/serverOptions.js';
+import { createHttpServer } from './http/server.js';
 import { createLimiter } from './limiter.js';
 import { createLogger, type Logger } from './logger.js';
+import { createMetrics, type RpcOutcome } from './metrics.js';
+import { dumpRules } from './rules/dumpRules.js';
 import { loadRules } from './rules/loadRules.js';
+import type { RuleSet } from './rules/types.js';
+import { watchRules } from './rules/watchRules.js';
 import type { Settings } from './settings.js';
 import { createMemoryStore } from './store/memoryStore.js';
 import { createRedisStore } from './store/redisStore.js';
 import type { Store } from './store/Store.js';
+import { createTracing } from './tracing.js';
 
 /**
- * The wiring: rules, store, limiter and gRPC server, built from Settings. Tests call this
- * directly, with an injected clock, instead of spawning the entry point.
+ * The wiring: rules (with hot reload), store, limiter, metrics, tracing, and the gRPC and HTTP
+ * servers, built from Settings. Tests call this directly, with an injected clock, instead of
+ * spawning the entry point.
  */
 export interface ServiceOptions {
   settings: Settings;
   /** The service's clock: used by the in-memory store, and passed to Redis with CLOCK=local. */
   clock?: () => number;
   logger?: Logger;
+  /** The OTEL_* variables for tracing; process.env by default. */
+  env?: Record<string, string | undefined>;
   /** How often the store's health is probed. */
   healthIntervalMs?: number;
 }
 
 export interface Service {
-  /** Listens and resolves with the bound gRPC port (0 when on a Unix socket). */
-  start(): Promise<{ grpcPort: number }>;
-  /** Health turns NOT_SERVING, in-flight calls finish (within graceMs), the store closes. */
+  /** Listens and resolves with the bound ports (gRPC 0 when on a Unix socket). */
+  start(): Promise<{ grpcPort: number; httpPort: number }>;
+  /** Health turns NOT_SERVING, in-flight calls finish (within graceMs), then everything closes. */
   stop(graceMs?: number): Promise<void>;
 }
 
@@ -31,14 +44,21 @@ export function createService(options: ServiceOptions): Service {
   const { settings } = options;
   const clock = options.clock ?? Date.now;
   const logger = options.logger ?? createLogger(settings);
-  const rules = loadRules(settings.configPath, { defaultAlgorithm: settings.defaultAlgorithm });
+  const metrics = createMetrics({ maxDetailedSeries: settings.metrics.maxDetailedSeries });
+  const tracing = createTracing({ env: options.env ?? process.env });
+
+  const load = () =>
+    loadRules(settings.configPath, {
+      defaultAlgorithm: settings.defaultAlgorithm,
+      mergeDomainConfig: settings.mergeDomainConfig,
+    });
+  // The one reference every check reads: a reload swaps it whole, so no check sees half a config.
+  let rules: RuleSet = load();
+  metrics.configLoad(true);
   logger.info(
     { configPath: settings.configPath, domains: [...rules.domains.keys()] },
     'rules loaded',
   );
-
-  let storeHealthy = true;
-  let draining = false;
   const store: Store = settings.redis
     ? createRedisStore(settings.redis, {
         onError: (error) => logger.debug({ err: error, kind: error.kind }, 'redis connection'),
@@ -57,27 +77,78 @@ export function createService(options: ServiceOptions): Service {
     referenceHeaders: settings.limitHeaders.enabled ? settings.limitHeaders : undefined,
     nearLimitRatio: settings.metrics.nearLimitRatio,
     observe: (event) => {
+      metrics.observe(event);
+      tracing.observe(event);
       const error = event.storeError;
       if (error)
         logger.warn({ kind: error.kind, failureMode: settings.failureMode }, error.message);
     },
   });
 
-  const server = createGrpcServer({
-    decide: (check) => limiter.decide(check),
-    onInternalError: (error) => logger.error({ err: error }, 'internal error answering a check'),
-    limits: {
-      maxDescriptors: settings.maxDescriptors,
-      maxEntries: settings.maxEntries,
-      maxEntryBytes: settings.maxEntryBytes,
-    },
+  /** One check, from either server: traced, and timed by its outcome. */
+  async function decide(check: Check): Promise<Decision> {
+    const started = performance.now();
+    let outcome: RpcOutcome = 'internal';
+    try {
+      const decision = await tracing.traceCheck(() => limiter.decide(check));
+      outcome = decision.code === 'OK' ? 'ok' : 'over_limit';
+      return decision;
+    } catch (error) {
+      if (error instanceof InvalidRequestError) outcome = 'invalid';
+      else if (error instanceof StoreError) outcome = 'unavailable';
+      throw error;
+    } finally {
+      metrics.observeLatency((performance.now() - started) / 1000, outcome);
+    }
+  }
+
+  const limits = {
+    maxDescriptors: settings.maxDescriptors,
+    maxEntries: settings.maxEntries,
+    maxEntryBytes: settings.maxEntryBytes,
+  };
+  const onInternalError = (error: unknown) =>
+    logger.error({ err: error }, 'internal error answering a check');
+  const grpcServer = createGrpcServer({
+    decide,
+    limits,
+    onInternalError,
+    serverOptions: grpcServerOptions(settings.grpcServer),
+    credentials: createServerCredentials(settings.grpcServer.tls, {
+      onReloadError: (error) =>
+        logger.error({ err: error }, 'TLS files not reloaded; serving the previous ones'),
+    }),
   });
 
   // With FAILURE_MODE=error an unreachable store means every check fails, so health says so and
   // Envoy's health checking can route around this instance. With allow or deny, the service still
   // gives its configured answer and stays SERVING.
-  const updateHealth = () =>
-    server.setServing(!draining && (storeHealthy || settings.failureMode !== 'error'));
+  let storeHealthy = true;
+  let draining = false;
+  const health = () => {
+    if (draining) return { serving: false, reason: 'NOT_SERVING: draining' };
+    if (!storeHealthy && settings.failureMode === 'error') {
+      return { serving: false, reason: 'NOT_SERVING: store unreachable (FAILURE_MODE=error)' };
+    }
+    if (!storeHealthy) {
+      return {
+        serving: true,
+        reason: `OK: store unreachable, answering per FAILURE_MODE=${settings.failureMode}`,
+      };
+    }
+    return { serving: true, reason: 'OK' };
+  };
+  const updateHealth = () => grpcServer.setServing(health().serving);
+
+  const httpServer = createHttpServer({
+    decide,
+    health,
+    metrics: async () => ({ contentType: metrics.contentType, body: await metrics.text() }),
+    rules: () => dumpRules(rules),
+    limits,
+    onInternalError,
+  });
+
   const probe = async () => {
     const healthy = await store.ping().then(
       () => true,
@@ -92,6 +163,22 @@ export function createService(options: ServiceOptions): Service {
   };
   let probeTimer: NodeJS.Timeout | undefined;
 
+  // Last, so that nothing above can fail and leave a watcher running.
+  const watcher = watchRules({
+    path: settings.configPath,
+    load,
+    pollIntervalMs: settings.configPollIntervalMs,
+    onReload: (next) => {
+      rules = next;
+      metrics.configLoad(true);
+      logger.info({ domains: [...next.domains.keys()] }, 'rules reloaded');
+    },
+    onError: (error) => {
+      metrics.configLoad(false);
+      logger.error({ err: error }, 'rules reload failed; the previous rules stay in force');
+    },
+  });
+
   return {
     async start() {
       await probe();
@@ -99,17 +186,26 @@ export function createService(options: ServiceOptions): Service {
       probeTimer.unref();
       updateHealth();
       const grpcPort = settings.grpcUds
-        ? await server.listen(`unix:${settings.grpcUds}`)
-        : await server.listen(settings.grpcHost, settings.grpcPort);
-      logger.info({ grpc: settings.grpcUds ?? `${settings.grpcHost}:${grpcPort}` }, 'listening');
-      return { grpcPort };
+        ? await grpcServer.listen(`unix:${settings.grpcUds}`)
+        : await grpcServer.listen(settings.grpcHost, settings.grpcPort);
+      const httpPort = await httpServer.listen(settings.host, settings.port);
+      logger.info(
+        {
+          grpc: settings.grpcUds ?? `${settings.grpcHost}:${grpcPort}`,
+          http: `${settings.host}:${httpPort}`,
+        },
+        'listening',
+      );
+      return { grpcPort, httpPort };
     },
 
-    async stop(graceMs = 10_000) {
+    async stop(graceMs = settings.shutdownGraceMs) {
       draining = true;
       updateHealth();
       clearInterval(probeTimer);
-      await server.shutdown(graceMs);
+      watcher.close();
+      await Promise.all([grpcServer.shutdown(graceMs), httpServer.close(graceMs)]);
+      await tracing.shutdown();
       await store.close();
     },
   };

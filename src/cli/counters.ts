@@ -1,9 +1,7 @@
-import type { Entry } from '../check.js';
 import type { StoreError } from '../errors.js';
-import { counterKey } from '../keys.js';
+import { counterEntries, counterKey } from '../keys.js';
 import { explainMatch, whereIs } from '../rules/explain.js';
 import { matchRule } from '../rules/match.js';
-import type { RuleNode } from '../rules/types.js';
 import { createRedisStore } from '../store/redisStore.js';
 import { NEVER, type CounterCheck } from '../store/Store.js';
 import {
@@ -131,20 +129,3 @@ export const counters: Command = {
     }
   },
 };
-
-/**
- * The entries the counter is keyed by, as the limiter builds them: at a level matched by a
- * `share_threshold` wildcard, every value shares the pattern's counter. A copy of limiter.ts's
- * private counterEntries, which should move beside counterKey so both use one.
- */
-function counterEntries(entries: readonly Entry[], node: RuleNode): readonly Entry[] {
-  let shared: Entry[] | undefined;
-  let level = entries.length - 1;
-  for (let at: RuleNode | undefined = node; at !== undefined; at = at.parent, level--) {
-    const entry = entries[level];
-    if (!at.shareThreshold || entry === undefined) continue;
-    shared ??= entries.slice();
-    shared[level] = { key: entry.key, value: at.value ?? '' };
-  }
-  return shared ?? entries;
-}

@@ -4,7 +4,7 @@
  */
 
 import { formatDuration } from '../duration.js';
-import { replacesOf, rulesInFileOrder } from './parseRules.js';
+import { rulesInFileOrder } from './parseRules.js';
 import type { RuleNode, RuleSet } from './types.js';
 
 /** The reference's stats key of a rule below its domain: each level's `key` or `key_value`. */
@@ -31,7 +31,7 @@ function describeRule(node: RuleNode): string {
     if (limit.algorithm === 'token_bucket') fields.push(`burst=${limit.burst}`);
     if (limit.name !== '') fields.push(`name=${limit.name}`);
   }
-  const replaces = replacesOf(node);
+  const replaces = node.replaces;
   if (replaces.length > 0) fields.push(`replaces=${replaces.join(',')}`);
   fields.push(`shadow_mode: ${node.shadowMode}`);
   if (node.quotaMode) fields.push('quota_mode: true');

@@ -6,6 +6,7 @@
 
 import type { Entry } from '../check.js';
 import { formatDuration } from '../duration.js';
+import { matchesParts } from './match.js';
 import type { DomainRules, Limit, RuleLevel, RuleNode } from './types.js';
 
 export type Precedence = 'exact' | 'wildcard' | 'bare';
@@ -130,23 +131,4 @@ function explainLevel(level: RuleLevel, entry: Entry, index: number): ExplainSte
 
 function isEmptyLevel(level: RuleLevel): boolean {
   return level.exact.size === 0 && level.wildcards.length === 0 && level.bare.size === 0;
-}
-
-/**
- * The same test as match.ts's (not exported there): the value starts with the first part, ends
- * with the last, and holds the middle parts in order, each placed leftmost.
- */
-function matchesParts(value: string, parts: readonly string[]): boolean {
-  const first = parts[0] ?? '';
-  const last = parts[parts.length - 1] ?? '';
-  const end = value.length - last.length;
-  if (end < first.length || !value.startsWith(first) || !value.endsWith(last)) return false;
-  let from = first.length;
-  for (let i = 1; i < parts.length - 1; i++) {
-    const part = parts[i] ?? '';
-    const at = value.indexOf(part, from);
-    if (at < 0 || at + part.length > end) return false;
-    from = at + part.length;
-  }
-  return true;
 }

@@ -7,13 +7,7 @@ import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { LineCounter, parseDocument } from 'yaml';
 import { RulesError } from '../errors.js';
-import {
-  mergeDomain,
-  parseRules,
-  replacesOf,
-  rulesInFileOrder,
-  type ParseRulesOptions,
-} from './parseRules.js';
+import { mergeDomain, parseRules, rulesInFileOrder, type ParseRulesOptions } from './parseRules.js';
 import type { DomainRules, RuleSet } from './types.js';
 
 export interface LoadRulesOptions extends ParseRulesOptions {
@@ -87,7 +81,7 @@ function checkReplaces(rules: DomainRules): void {
   const nodes = rulesInFileOrder(rules.root);
   for (const node of nodes) if (node.limit !== undefined) names.add(node.limit.name);
   for (const node of nodes) {
-    replacesOf(node).forEach((name, i) => {
+    node.replaces.forEach((name, i) => {
       if (!names.has(name)) {
         throw new RulesError(
           `${node.file}: ${node.path}.rate_limit.replaces[${i}].name: ` +

@@ -7,7 +7,7 @@ import type { Entry } from '../check.js';
 import type { DomainRules, RuleLevel, RuleNode } from './types.js';
 
 /** Whether `value` matches a '*' pattern split into `parts` (at least two of them). */
-function matchesParts(value: string, parts: readonly string[]): boolean {
+export function matchesParts(value: string, parts: readonly string[]): boolean {
   const first = parts[0] ?? '';
   const last = parts[parts.length - 1] ?? '';
   const end = value.length - last.length;

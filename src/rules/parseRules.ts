@@ -70,17 +70,6 @@ const RATE_LIMIT_KEYS = [
 const UNLIMITED_KEYS = ['unlimited', 'name', 'replaces'];
 const UNITS = Object.keys(UNIT_SECONDS) as Unit[];
 
-/**
- * The `replaces` of unlimited rules, which have no `Limit` to carry them. Read them with
- * `replacesOf`, which covers both kinds of rule.
- */
-const unlimitedReplaces = new WeakMap<RuleNode, readonly string[]>();
-
-/** The names a matched rule replaces: its limit's `replaces`, or an unlimited rule's. */
-export function replacesOf(node: RuleNode): readonly string[] {
-  return node.limit?.replaces ?? unlimitedReplaces.get(node) ?? [];
-}
-
 interface Context extends NodeContext {
   options: ParseRulesOptions;
 }
@@ -166,7 +155,7 @@ function parseLimit(ctx: Context, f: Fields, path: string): RateLimitBlock {
   }
   const overdraw = f.has('overdraw') && bool(ctx, f.get('overdraw'), at('overdraw'));
   return {
-    limit: { requestsPerUnit, unit, windowMs: ms, algorithm, burst, name, replaces, overdraw },
+    limit: { requestsPerUnit, unit, windowMs: ms, algorithm, burst, name, overdraw },
     replaces,
   };
 }
@@ -268,11 +257,9 @@ function parseDescriptor(
     detailedMetric: flag('detailed_metric'),
     valueToMetric: flag('value_to_metric'),
     shareThreshold,
+    replaces: block?.replaces ?? [],
     metadata,
   };
-  if (rule.unlimited && block !== undefined && block.replaces.length > 0) {
-    unlimitedReplaces.set(rule, block.replaces);
-  }
   rule.children = parseLevel(ctx, f.get('descriptors'), at('descriptors'), rule);
   return rule;
 }

@@ -34,8 +34,6 @@ export interface Limit {
   burst: number;
   /** The rule's `name`, or "" when it has none. */
   name: string;
-  /** Names of limits in the same domain that this one replaces (the reference's `replaces`). */
-  replaces: readonly string[];
   /**
    * tollgate's `overdraw`: consume even when over, saturating the counter at the limit, for costs
    * reported after the fact.
@@ -43,7 +41,8 @@ export interface Limit {
   overdraw: boolean;
 }
 
-export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
+export type JsonValue =
+  null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
 
 /** One `descriptors` item of the rules file. */
 export interface RuleNode {
@@ -70,6 +69,11 @@ export interface RuleNode {
   valueToMetric: boolean;
   /** Every value matching this wildcard shares one counter (`share_threshold`). */
   shareThreshold: boolean;
+  /**
+   * Names of limits in the same domain that this rule replaces (the reference's `replaces`), for
+   * a limited and an unlimited rule alike.
+   */
+  replaces: readonly string[];
   /** Returned in `dynamic_metadata` when RESPONSE_DYNAMIC_METADATA is on (`metadata`). */
   metadata: Readonly<Record<string, JsonValue>> | undefined;
 }

@@ -8,7 +8,14 @@ import { writeRules } from '../support/tollgate.js';
 function run(env: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, ['dist/main.js'], {
-      env: { ...process.env, GRPC_HOST: '127.0.0.1', GRPC_PORT: '0', ...env },
+      env: {
+        ...process.env,
+        GRPC_HOST: '127.0.0.1',
+        GRPC_PORT: '0',
+        HOST: '127.0.0.1',
+        PORT: '0',
+        ...env,
+      },
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     let stderr = '';
@@ -40,16 +47,17 @@ descriptors:
     });
   });
 
-  it('stops on a rules key that is not supported yet', async () => {
+  it('stops on a rule that misuses a reference key', async () => {
     const path = writeRules(`
 domain: api
 descriptors:
   - key: tenant
-    shadow_mode: true
+    value: acme
+    share_threshold: true
     rate_limit: {unit: minute, requests_per_unit: 5}
 `);
     const { code, stderr } = await run({ CONFIG_PATH: path });
     expect(code).toBe(1);
-    expect(stderr).toMatch(/not supported yet: shadow_mode\n$/);
+    expect(stderr).toMatch(/rules.yaml: descriptors\[0\].share_threshold: needs a wildcard value/);
   });
 });

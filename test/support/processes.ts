@@ -24,6 +24,8 @@ export async function spawnTollgate(
       CONFIG_PATH: writeRules(rules),
       GRPC_HOST: '127.0.0.1',
       GRPC_PORT: String(port),
+      HOST: '127.0.0.1',
+      PORT: String(await freePort()),
       LOG_LEVEL: 'warn',
       ...env,
     },

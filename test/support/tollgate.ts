@@ -18,6 +18,8 @@ import { readSettings } from '../../src/settings.js';
  */
 export interface Tollgate {
   address: string;
+  /** The HTTP endpoints, e.g. `${httpUrl}/json`. */
+  httpUrl: string;
   client: RateLimitClient;
   clock: ManualClock;
   /** Calls ShouldRateLimit; resolves with the response, rejects with the gRPC error. */
@@ -58,6 +60,8 @@ export async function startTollgate(options: {
     CONFIG_PATH: writeRules(options.rules),
     GRPC_HOST: '127.0.0.1',
     GRPC_PORT: '0',
+    HOST: '127.0.0.1',
+    PORT: '0',
     LOG_LEVEL: 'silent',
     CLOCK: 'local',
     REDIS_TIMEOUT: '1s',
@@ -65,11 +69,12 @@ export async function startTollgate(options: {
     ...options.env,
   });
   const service: Service = createService({ settings, clock: () => clock.now });
-  const { grpcPort } = await service.start();
+  const { grpcPort, httpPort } = await service.start();
   const address = `127.0.0.1:${grpcPort}`;
   const client = createRateLimitClient(address);
   return {
     address,
+    httpUrl: `http://127.0.0.1:${httpPort}`,
     client,
     clock,
     check: (request, deadlineMs = 5_000) => callCheck(client, request, deadlineMs),

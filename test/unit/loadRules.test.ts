@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { RulesError } from '../../src/errors.js';
 import { loadRules } from '../../src/rules/loadRules.js';
-import { replacesOf, rulesInFileOrder } from '../../src/rules/parseRules.js';
+import { rulesInFileOrder } from '../../src/rules/parseRules.js';
 import type { DomainRules, RuleLevel, RuleNode } from '../../src/rules/types.js';
 
 const FIXTURES = fileURLToPath(new URL('../fixtures/rules/', import.meta.url));
@@ -164,7 +164,6 @@ describe('loadRules: valid files', () => {
       algorithm: 'token_bucket',
       burst: 50,
       name: 'acme-total',
-      replaces: [],
       overdraw: false,
     });
     expect(root.bare.get('client')?.limit).toEqual({
@@ -174,7 +173,6 @@ describe('loadRules: valid files', () => {
       algorithm: 'token_bucket',
       burst: 10,
       name: '',
-      replaces: [],
       overdraw: false,
     });
   });
@@ -287,9 +285,8 @@ describe('loadRules: the reference flags, metadata, replaces and overdraw', () =
         shareThreshold: false,
         metadata: undefined,
       });
-      expect(replacesOf(node)).toEqual([]);
-      if (node.limit !== undefined)
-        expect(node.limit).toMatchObject({ replaces: [], overdraw: false });
+      expect(node.replaces).toEqual([]);
+      if (node.limit !== undefined) expect(node.limit.overdraw).toBe(false);
     }
   });
 
@@ -359,19 +356,16 @@ describe('loadRules: the reference flags, metadata, replaces and overdraw', () =
     }
   });
 
-  it('reads replaces as names and overdraw as a flag of the limit', () => {
-    expect(anyUser.limit).toMatchObject({
-      name: 'any-user',
-      replaces: ['users', 'monthly'],
-      overdraw: true,
-    });
-    expect(replacesOf(anyUser)).toEqual(['users', 'monthly']);
-    expect(users.limit).toMatchObject({ replaces: [], overdraw: false });
+  it('reads replaces as names of the rule and overdraw as a flag of the limit', () => {
+    expect(anyUser.limit).toMatchObject({ name: 'any-user', overdraw: true });
+    expect(anyUser.replaces).toEqual(['users', 'monthly']);
+    expect(users.replaces).toEqual([]);
+    expect(users.limit).toMatchObject({ overdraw: false });
   });
 
-  it('lets an unlimited rule replace a limit, read through replacesOf', () => {
+  it('lets an unlimited rule replace a limit', () => {
     expect(internal).toMatchObject({ unlimited: true, limit: undefined });
-    expect(replacesOf(internal)).toEqual(['monthly']);
+    expect(internal.replaces).toEqual(['monthly']);
   });
 
   it('lists every rule in file order, each before its children', () => {
@@ -406,7 +400,7 @@ describe('loadRules: MERGE_DOMAIN_CONFIG', () => {
   });
 
   it('checks replaces against the whole merged domain', () => {
-    expect(replacesOf(nodeAt(root, ['route', '/orders']))).toEqual(['general']);
+    expect(nodeAt(root, ['route', '/orders']).replaces).toEqual(['general']);
   });
 
   it('rejects a rule that another file of the domain already has, naming the later file', () => {

@@ -35,7 +35,17 @@ describe('a denied decision', () => {
               ? Math.min(limit, 1_000)
               : limit;
           const check = (cost: number): CounterCheck[] => [
-            { key: 'k', algorithm, windowMs, limit, burst, cost: Math.min(cost, burst), shadow: false, quota: false, overdraw: false },
+            {
+              key: 'k',
+              algorithm,
+              windowMs,
+              limit,
+              burst,
+              cost: Math.min(cost, burst),
+              shadow: false,
+              quota: false,
+              overdraw: false,
+            },
           ];
           for (const { advanceMs, cost } of steps) {
             now += advanceMs;
