@@ -20,6 +20,8 @@ export interface Tollgate {
   address: string;
   /** The HTTP endpoints, e.g. `${httpUrl}/json`. */
   httpUrl: string;
+  /** The rules file the service watches; edit it to reload. */
+  rulesPath: string;
   client: RateLimitClient;
   clock: ManualClock;
   /** Calls ShouldRateLimit; resolves with the response, rejects with the gRPC error. */
@@ -54,10 +56,13 @@ export async function startTollgate(options: {
   env?: Record<string, string>;
   redisUrl?: string;
   clock?: ManualClock;
+  /** The test client's credentials; insecure by default. */
+  clientCredentials?: grpc.ChannelCredentials;
 }): Promise<Tollgate> {
   const clock = options.clock ?? manualClock();
+  const rulesPath = writeRules(options.rules);
   const settings = readSettings({
-    CONFIG_PATH: writeRules(options.rules),
+    CONFIG_PATH: rulesPath,
     GRPC_HOST: '127.0.0.1',
     GRPC_PORT: '0',
     HOST: '127.0.0.1',
@@ -68,13 +73,18 @@ export async function startTollgate(options: {
     ...(options.redisUrl ? { REDIS_URL: options.redisUrl } : {}),
     ...options.env,
   });
-  const service: Service = createService({ settings, clock: () => clock.now });
+  const service: Service = createService({
+    settings,
+    clock: () => clock.now,
+    env: options.env ?? {},
+  });
   const { grpcPort, httpPort } = await service.start();
   const address = `127.0.0.1:${grpcPort}`;
-  const client = createRateLimitClient(address);
+  const client = createRateLimitClient(address, options.clientCredentials);
   return {
     address,
     httpUrl: `http://127.0.0.1:${httpPort}`,
+    rulesPath,
     client,
     clock,
     check: (request, deadlineMs = 5_000) => callCheck(client, request, deadlineMs),
