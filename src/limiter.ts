@@ -1,27 +1,12 @@
-import type {
-  Check,
-  CurrentLimit,
-  Decision,
-  Descriptor,
-  DescriptorStatus,
-  LimitOverride,
-} from './check.js';
-import { formatDuration } from './duration.js';
-import { InvalidRequestError, StoreError } from './errors.js';
+import type { Check, CurrentLimit, Decision, Descriptor, DescriptorStatus } from './check.js';
+import { StoreError } from './errors.js';
 import { responseHeaders, type HeaderCandidate, type ReferenceHeaderNames } from './headers.js';
+import { costOf, describeLimit, overrideLimit } from './limits.js';
 import { counterEntries, counterKey } from './keys.js';
 import type { CheckObserver, RuleOutcome } from './outcome.js';
 import { matchRule } from './rules/match.js';
 import { entriesMetricKey, metricKeyOf } from './rules/metricKey.js';
-import { checkTokenBucketExact } from './rules/tokenBucket.js';
-import {
-  UNIT_SECONDS,
-  type Algorithm,
-  type JsonValue,
-  type Limit,
-  type RuleNode,
-  type RuleSet,
-} from './rules/types.js';
+import type { Algorithm, JsonValue, Limit, RuleNode, RuleSet } from './rules/types.js';
 import type { FailureMode } from './settings.js';
 import {
   COST_CAP,
@@ -61,7 +46,6 @@ export interface Limiter {
 
 const NO_LIMIT: DescriptorStatus = Object.freeze({ code: 'OK', limitRemaining: 0 });
 const UNLIMITED: DescriptorStatus = Object.freeze({ code: 'OK', limitRemaining: 4_294_967_295 });
-const BIG_COST_CAP = BigInt(COST_CAP);
 
 /** One descriptor that landed on a counter. */
 interface Counted {
@@ -304,52 +288,6 @@ function mergedMetadata(
     if (node?.metadata !== undefined) merged = { ...merged, ...node.metadata };
   }
   return merged;
-}
-
-/** The descriptor's own cost wins over the request's; the request's 0 means 1. */
-function costOf(descriptor: Descriptor, requestHits: number): number {
-  const own = descriptor.hitsAddend;
-  if (own === undefined) return requestHits === 0 ? 1 : requestHits;
-  // Anything above every possible limit is the same to the store: it can never fit.
-  return own >= BIG_COST_CAP ? COST_CAP : Number(own);
-}
-
-function overrideLimit(
-  override: LimitOverride,
-  rule: Limit | undefined,
-  defaultAlgorithm: Algorithm,
-  index: number,
-): Limit {
-  const windowMs = UNIT_SECONDS[override.unit] * 1000;
-  const algorithm = rule?.algorithm ?? defaultAlgorithm;
-  const limit = override.requestsPerUnit;
-  if (algorithm === 'token_bucket') {
-    const reason = checkTokenBucketExact(limit, windowMs, limit);
-    if (reason !== undefined)
-      throw new InvalidRequestError(`descriptors[${index}].limit: ${reason}`);
-  }
-  return {
-    requestsPerUnit: limit,
-    unit: override.unit,
-    windowMs,
-    algorithm,
-    burst: limit,
-    name: rule?.name ?? '',
-    overdraw: false,
-  };
-}
-
-function describeLimit(limit: Limit): CurrentLimit {
-  if (limit.unit !== undefined) {
-    return { requestsPerUnit: limit.requestsPerUnit, unit: limit.unit, name: limit.name };
-  }
-  // Envoy's unit enum cannot say "30 seconds": the exact window travels in the name.
-  const window = `window=${formatDuration(limit.windowMs)}`;
-  return {
-    requestsPerUnit: limit.requestsPerUnit,
-    unit: 'unknown',
-    name: limit.name === '' ? window : `${limit.name}, ${window}`,
-  };
 }
 
 function failureDecision(
