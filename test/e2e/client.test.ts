@@ -176,4 +176,35 @@ describe('an unavailable tollgate', () => {
       client({ address: silentAddress, deadlineMs: 100, whenUnavailable: 'throw' }).check(request),
     ).rejects.toMatchObject({ name: 'TollgateUnavailableError', grpcCode: 'DEADLINE_EXCEEDED' });
   });
+
+  it('is served again within two seconds of tollgate coming back', async () => {
+    const port = await freePort();
+    const serve = () => startTollgate({ rules: RULES, env: { GRPC_PORT: String(port) } });
+    let restarted: Tollgate | undefined = await serve();
+    const caller = client({
+      address: `127.0.0.1:${port}`,
+      deadlineMs: 200,
+      whenUnavailable: 'allow',
+    });
+    try {
+      expect((await caller.check(request)).source).toBe('service');
+      await restarted.stop();
+      restarted = undefined;
+      // Six seconds of failed reconnects: grpc-js's own backoff (1 s, growing 1.6 times a try)
+      // would by then wait about four seconds before the next one.
+      const down = Date.now();
+      while (Date.now() - down < 6_000) {
+        expect((await caller.check(request)).source).toBe('fallback');
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+      restarted = await serve();
+      const back = Date.now();
+      while ((await caller.check(request)).source !== 'service') {
+        expect(Date.now() - back).toBeLessThan(2_000);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    } finally {
+      await restarted?.stop();
+    }
+  });
 });
