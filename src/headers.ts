@@ -6,7 +6,9 @@ import type { Limit } from './rules/types.js';
  *
  *   RateLimit-Policy: "NAME";q=QUOTA;w=WINDOW_SECONDS
  *   RateLimit: "NAME";r=REMAINING;t=SECONDS_UNTIL_RESET
- *   Retry-After: SECONDS        (OVER_LIMIT only: the longest reset among the denying descriptors)
+ *   Retry-After: SECONDS        (OVER_LIMIT only: the longest reset among the denying descriptors,
+ *                                and none when one of them can never pass; when every quota
+ *                                descriptor is over, the first of them to free up counts too)
  *
  * They describe the enforced, limited descriptor with the smallest remaining (a tie goes to the
  * longer reset). A token bucket's quota is its burst B, over ceil(B/R) seconds. The reference's
@@ -27,14 +29,18 @@ export function responseHeaders(
   candidates: readonly HeaderCandidate[],
   denied: boolean,
   reference: ReferenceHeaderNames | undefined,
+  /** When every quota descriptor is over: the soonest of their resets (undefined: never). */
+  quotaRetryMs?: number | null,
 ): Header[] {
   let best: HeaderCandidate | undefined;
   let retryAfterMs: number | undefined;
+  let neverPasses = false;
   for (const candidate of candidates) {
     const { status } = candidate;
     const reset = status.durationUntilResetMs;
-    if (denied && status.code === 'OVER_LIMIT' && reset !== undefined) {
-      retryAfterMs = Math.max(retryAfterMs ?? 0, reset);
+    if (denied && status.code === 'OVER_LIMIT') {
+      if (reset === undefined) neverPasses = true;
+      else retryAfterMs = Math.max(retryAfterMs ?? 0, reset);
     }
     if (
       best === undefined ||
@@ -71,7 +77,11 @@ export function responseHeaders(
       value: `${name};r=${status.limitRemaining}${resetSeconds === undefined ? '' : `;t=${resetSeconds}`}`,
     },
   ];
-  if (retryAfterMs !== undefined) {
+  if (denied && quotaRetryMs !== undefined) {
+    if (quotaRetryMs === null) neverPasses = true;
+    else retryAfterMs = Math.max(retryAfterMs ?? 0, quotaRetryMs);
+  }
+  if (retryAfterMs !== undefined && !neverPasses) {
     headers.push({ key: 'Retry-After', value: String(Math.ceil(retryAfterMs / 1000)) });
   }
   if (reference !== undefined) {

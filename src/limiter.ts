@@ -153,8 +153,11 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const storeMs = observe ? performance.now() - started : 0;
 
       const candidates: HeaderCandidate[] = [];
+      // undefined: no quota descriptor is over, or one fits; null: all are over, and never free.
+      let quotaRetryMs: number | null | undefined;
+      let quotaFits = false;
       const rules: RuleOutcome[] = [];
-      for (const { index, limit, node, slot, cost, shadow } of counted) {
+      for (const { index, limit, node, slot, cost, shadow, quota } of counted) {
         const result = outcome.results[slot];
         if (result === undefined) throw new Error('store returned fewer results than counters');
         const over = !result.fits;
@@ -166,7 +169,14 @@ export function createLimiter(options: LimiterOptions): Limiter {
         };
         if (result.resetMs !== NEVER) status.durationUntilResetMs = result.resetMs;
         statuses[index] = status;
-        if (!shadow) candidates.push({ limit, status });
+        // The headers describe enforced limits only.
+        if (!shadow && !quota) candidates.push({ limit, status });
+        if (quota && !over) quotaFits = true;
+        if (quota && over) {
+          const reset = status.durationUntilResetMs;
+          quotaRetryMs =
+            reset === undefined ? (quotaRetryMs ?? null) : Math.min(reset, quotaRetryMs ?? reset);
+        }
         if (observe) {
           const capacity = limit.algorithm === 'token_bucket' ? limit.burst : limit.requestsPerUnit;
           const entries = (descriptors[index] as Descriptor).entries;
@@ -188,7 +198,12 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const denied = !outcome.allowed;
       const globalShadow = denied && options.shadowMode === true;
       const code = denied && !globalShadow ? 'OVER_LIMIT' : 'OK';
-      const headers = responseHeaders(candidates, code === 'OVER_LIMIT', options.referenceHeaders);
+      const headers = responseHeaders(
+        candidates,
+        code === 'OVER_LIMIT',
+        options.referenceHeaders,
+        quotaFits ? undefined : quotaRetryMs,
+      );
       const decision = finish(nodes, statuses, code, headers);
       observe?.(event(check, decision, { storeMs, globalShadow, rules }));
       return decision;

@@ -22,6 +22,12 @@ descriptors:
     rate_limit: {name: soft, unit: second, requests_per_unit: 1, algorithm: fixed_window}
   - key: unnamed
     rate_limit: {unit: second, requests_per_unit: 3, algorithm: fixed_window}
+  - key: pool_a
+    quota_mode: true
+    rate_limit: {name: pool_a, unit: minute, requests_per_unit: 1, algorithm: fixed_window}
+  - key: pool_b
+    quota_mode: true
+    rate_limit: {name: pool_b, unit: hour, requests_per_unit: 1, algorithm: fixed_window}
 `;
 
 let tollgate: Tollgate | undefined;
@@ -102,6 +108,35 @@ describe('IETF RateLimit headers', () => {
     expect(resets).toEqual([3_600_000 - 10_250, 6_000]);
     expect(headers(denied)['Retry-After']).toBe(String(Math.ceil(Math.max(...resets) / 1000)));
     expect(headers(denied)['Retry-After']).toBe('3590');
+  });
+
+  it('has no Retry-After when one of the denials can never pass', async () => {
+    await start();
+    for (let i = 0; i < 2; i++) await hit(d('tight', 'm'));
+    const denied = await tollgate!.check({
+      domain: 'h',
+      descriptors: [d('tight', 'm'), { ...d('fixed', 'm'), hits_addend: { value: '11' } }],
+    });
+    expect(codes(denied)).toEqual(['OVER_LIMIT', 'OVER_LIMIT', 'OVER_LIMIT']);
+    expect(resetMs(denied.statuses![0]!)).toBeGreaterThan(0);
+    expect(headers(denied)['Retry-After']).toBeUndefined();
+  });
+
+  it('leaves quota descriptors out, and retries when the first quota frees up', async () => {
+    await start();
+    tollgate!.clock.advance(20_000);
+    // pool_a is spent; pool_b still fits, so the request passes and only fixed is described.
+    await hit(d('pool_a', 'q'));
+    const passing = await hit(d('fixed', 'q'), d('pool_a', 'q'), d('pool_b', 'q'));
+    expect(codes(passing)).toEqual(['OK', 'OK', 'OVER_LIMIT', 'OK']);
+    expect(headers(passing)).toEqual({
+      'RateLimit-Policy': '"fixed";q=10;w=60',
+      RateLimit: '"fixed";r=9;t=40',
+    });
+    // Now both pools are spent: denied until pool_a's minute turns, in 40 s.
+    const denied = await hit(d('fixed', 'q'), d('pool_a', 'q'), d('pool_b', 'q'));
+    expect(codes(denied)).toEqual(['OVER_LIMIT', 'OK', 'OVER_LIMIT', 'OVER_LIMIT']);
+    expect(headers(denied)['Retry-After']).toBe('40');
   });
 
   it('has no Retry-After when the denial can never pass', async () => {
