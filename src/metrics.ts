@@ -60,6 +60,8 @@ export interface Metrics {
   observe(event: CheckEvent): void;
   /** One call per ShouldRateLimit RPC, whatever its answer. */
   observeLatency(seconds: number, outcome: RpcOutcome): void;
+  /** A request refused as malformed before any decision: counted, with no latency to record. */
+  invalidRequest(): void;
   /** One call per rules load or reload. */
   configLoad(ok: boolean): void;
   /** The Content-Type of `text()`. */
@@ -207,6 +209,11 @@ export function createMetrics(options: MetricsOptions): Metrics {
     labelNames: ['result'] as const,
     registers,
   });
+  const invalidRequests = new Counter({
+    name: 'tollgate_invalid_requests_total',
+    help: 'Requests refused as malformed (INVALID_ARGUMENT, or HTTP 400 on /json).',
+    registers,
+  });
   const detailedOverflow = new Counter({
     name: 'tollgate_metrics_detailed_overflow_total',
     help: 'Rule outcomes reported under key1="_overflow" because the detailed series were capped.',
@@ -303,6 +310,11 @@ export function createMetrics(options: MetricsOptions): Metrics {
       if (!(seconds >= 0 && Number.isFinite(seconds))) return;
       responseTimeChild.observe(seconds);
       checkDurationChild.get(outcome)?.observe(seconds);
+    },
+
+    invalidRequest(): void {
+      requestsChild.inc();
+      invalidRequests.inc();
     },
 
     configLoad(ok: boolean): void {

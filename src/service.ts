@@ -65,6 +65,23 @@ export function createService(options: ServiceOptions): Service {
       })
     : createMemoryStore({ clock });
 
+  // An outage under load fails every check: one line a second says so, with how many it stands for.
+  let lastStoreLog = 0;
+  let unlogged = 0;
+  const logStoreError = (error: StoreError) => {
+    const now = Date.now();
+    if (now - lastStoreLog < 1_000) {
+      unlogged += 1;
+      return;
+    }
+    logger.warn(
+      { kind: error.kind, failureMode: settings.failureMode, alsoFailedSinceLastLine: unlogged },
+      error.message,
+    );
+    lastStoreLog = now;
+    unlogged = 0;
+  };
+
   const limiter = createLimiter({
     rules: () => rules,
     store,
@@ -79,9 +96,7 @@ export function createService(options: ServiceOptions): Service {
     observe: (event) => {
       metrics.observe(event);
       tracing.observe(event);
-      const error = event.storeError;
-      if (error)
-        logger.warn({ kind: error.kind, failureMode: settings.failureMode }, error.message);
+      if (event.storeError) logStoreError(event.storeError);
     },
   });
 
@@ -109,10 +124,12 @@ export function createService(options: ServiceOptions): Service {
   };
   const onInternalError = (error: unknown) =>
     logger.error({ err: error }, 'internal error answering a check');
+  const onInvalidRequest = () => metrics.invalidRequest();
   const grpcServer = createGrpcServer({
     decide,
     limits,
     onInternalError,
+    onInvalidRequest,
     serverOptions: grpcServerOptions(settings.grpcServer),
     credentials: createServerCredentials(settings.grpcServer.tls, {
       onReloadError: (error) =>
@@ -147,6 +164,7 @@ export function createService(options: ServiceOptions): Service {
     rules: () => dumpRules(rules),
     limits,
     onInternalError,
+    onInvalidRequest,
   });
 
   const probe = async () => {

@@ -25,6 +25,8 @@ export interface GrpcServerOptions {
   limits: RequestLimits;
   /** Told of each error answered INTERNAL, i.e. a bug, for the caller to log. */
   onInternalError?(error: unknown): void;
+  /** Told of each request refused as malformed before `decide`, for metrics. */
+  onInvalidRequest?(): void;
   /** grpc-js server options, e.g. message size limits or keepalive (see `grpcServerOptions`). */
   serverOptions?: grpc.ServerOptions;
   /** TLS for every address listened on (see `createServerCredentials`); insecure by default. */
@@ -63,7 +65,10 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
   // toGrpcStatus; grpc-js would turn a throwing serializer into a bare INTERNAL.
   const shouldRateLimit: grpc.handleUnaryCall<DecodedRequest, Buffer> = (call, callback) => {
     const request = call.request;
-    if (!request.ok) return fail(callback, request.error);
+    if (!request.ok) {
+      options.onInvalidRequest?.();
+      return fail(callback, request.error);
+    }
     let reply: Promise<Reply>;
     try {
       reply = options.decide(request.check);

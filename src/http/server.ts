@@ -25,6 +25,8 @@ export interface HttpServerOptions {
   limits: RequestLimits;
   /** Told of each error answered 500, i.e. a bug, for the caller to log. */
   onInternalError?(error: unknown): void;
+  /** Told of each /json request refused as malformed (400) before `decide`, for metrics. */
+  onInvalidRequest?(): void;
 }
 
 export interface HttpServer {
@@ -51,6 +53,10 @@ const text = (status: number, body: string): HttpReply => ({
 export function createHttpServer(options: HttpServerOptions): HttpServer {
   const decodeJson = createJsonRequestDecoder(options.limits);
   const fail = (error: unknown): HttpReply => toHttpError(error, options.onInternalError);
+  const invalid = (reason: string): HttpReply => {
+    options.onInvalidRequest?.();
+    return text(400, reason);
+  };
 
   async function json(request: http.IncomingMessage): Promise<HttpReply> {
     const body = await readBody(request, MAX_JSON_BODY_BYTES);
@@ -59,15 +65,15 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
     }
     // The client went away; nobody reads this answer.
     if (body === 'unreadable') return { ...text(400, 'request body unreadable'), close: true };
-    if (!isUtf8(body)) return text(400, 'request body is not valid UTF-8');
+    if (!isUtf8(body)) return invalid('request body is not valid UTF-8');
     let parsed: unknown;
     try {
       parsed = JSON.parse(body.toString('utf8'));
     } catch (error) {
-      return text(400, `request body is not JSON: ${(error as Error).message}`);
+      return invalid(`request body is not JSON: ${(error as Error).message}`);
     }
     const decoded = decodeJson(parsed);
-    if (!decoded.ok) return text(400, decoded.error.message);
+    if (!decoded.ok) return invalid(decoded.error.message);
     const decision = await options.decide(decoded.check);
     return {
       status: decision.code === 'OVER_LIMIT' ? 429 : 200,

@@ -84,6 +84,22 @@ describe('the HTTP port of the running service', () => {
   });
 });
 
+describe('malformed requests', () => {
+  it('are counted on /metrics, from gRPC and from /json alike', async () => {
+    tollgate = await startTollgate({ rules: rules(2) });
+    await expect(
+      tollgate.check({ domain: '', descriptors: [d('tenant', 'x')] }),
+    ).rejects.toMatchObject({
+      code: 3,
+    });
+    const json = await fetch(`${tollgate.httpUrl}/json`, { method: 'POST', body: '{"domain": 1}' });
+    expect(json.status).toBe(400);
+    const text = (await get('/metrics')).body;
+    expect(sample(text, 'tollgate_invalid_requests_total')).toBe(2);
+    expect(sample(text, 'ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}')).toBe(2);
+  });
+});
+
 describe('hot reload in the running service', () => {
   it('applies an edit within a second or two, and keeps the old rules through a broken one', async () => {
     tollgate = await startTollgate({ rules: rules(1) });
