@@ -1,6 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { SpanKind, SpanStatusCode, type Span } from '@opentelemetry/api';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { OTLPTraceExporter as OTLPProtoTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { defaultResource, resourceFromAttributes } from '@opentelemetry/resources';
 import {
   BatchSpanProcessor,
@@ -51,14 +52,16 @@ export function createTracing(options: TracingOptions): Tracing {
     if (optional(env, 'OTEL_SDK_DISABLED')?.toLowerCase() === 'true') return DISABLED;
     const url = tracesUrl(env);
     if (url === undefined) return DISABLED;
-    // The installed exporter speaks OTLP/HTTP with JSON bodies, which every OTLP/HTTP receiver
-    // accepts beside protobuf; gRPC would need another exporter, so refuse it rather than fail
-    // every export in silence.
-    for (const name of ['OTEL_EXPORTER_OTLP_TRACES_PROTOCOL', 'OTEL_EXPORTER_OTLP_PROTOCOL']) {
-      const protocol = optional(env, name);
-      if (protocol !== undefined && protocol !== 'http/json' && protocol !== 'http/protobuf') {
-        throw new SettingsError(`${name}: '${protocol}' is not supported: use http/json`);
-      }
+    // OTLP over HTTP, with protobuf bodies (the OpenTelemetry default) or JSON. OTLP over gRPC
+    // would need another exporter, so it is refused rather than failing every export in silence.
+    const protocolName = optional(env, 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL')
+      ? 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL'
+      : 'OTEL_EXPORTER_OTLP_PROTOCOL';
+    const protocol = optional(env, protocolName) ?? 'http/protobuf';
+    if (protocol !== 'http/json' && protocol !== 'http/protobuf') {
+      throw new SettingsError(
+        `${protocolName}: '${protocol}' is not supported: use http/protobuf or http/json`,
+      );
     }
     // The exporter would read process.env itself; `env` may be another object, so its endpoint
     // and headers are passed explicitly. Timeouts, compression, certificates, the sampler and
@@ -67,7 +70,8 @@ export function createTracing(options: TracingOptions): Tracing {
       ...otlpHeaders(env, 'OTEL_EXPORTER_OTLP_HEADERS'),
       ...otlpHeaders(env, 'OTEL_EXPORTER_OTLP_TRACES_HEADERS'),
     };
-    processor = new BatchSpanProcessor(new OTLPTraceExporter({ url, headers }));
+    const Exporter = protocol === 'http/json' ? OTLPTraceExporter : OTLPProtoTraceExporter;
+    processor = new BatchSpanProcessor(new Exporter({ url, headers }));
   }
 
   // Not registered globally: several services may share a process (tests), and a second

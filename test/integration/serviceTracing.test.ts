@@ -8,11 +8,15 @@ import { codes, d, startTollgate } from '../support/tollgate.js';
 describe('tracing in the running service', () => {
   it('exports one ShouldRateLimit span per check to the OTLP endpoint', async () => {
     const bodies: string[] = [];
+    const types: (string | undefined)[] = [];
     const receiver = createServer((request: IncomingMessage, response) => {
       const chunks: Buffer[] = [];
       request.on('data', (chunk: Buffer) => chunks.push(chunk));
       request.on('end', () => {
-        if (request.url === '/v1/traces') bodies.push(Buffer.concat(chunks).toString('utf8'));
+        if (request.url !== '/v1/traces') return response.writeHead(404).end();
+        // Protobuf bodies: the strings of the spans are there as UTF-8 bytes.
+        bodies.push(Buffer.concat(chunks).toString('utf8'));
+        types.push(request.headers['content-type']);
         response.writeHead(200, { 'content-type': 'application/json' }).end('{}');
       });
     });
@@ -38,12 +42,17 @@ describe('tracing in the running service', () => {
     await tollgate.stop(); // stopping flushes the spans still buffered
     receiver.close();
 
+    expect(types).toEqual(['application/x-protobuf']); // OTLP's default protocol, http/protobuf
     const exported = bodies.join('\n');
-    expect(exported.match(/"ShouldRateLimit"/g)).toHaveLength(2);
-    expect(exported).toContain('tollgate-test');
-    expect(exported).toContain('"ratelimit.domain"');
-    expect(exported).toContain('"traced"');
-    expect(exported).toContain('"OVER_LIMIT"');
-    expect(exported).toContain('"tollgate.store.duration_ms"');
+    expect(exported.match(/ShouldRateLimit/g)).toHaveLength(2);
+    for (const text of [
+      'tollgate-test',
+      'ratelimit.domain',
+      'traced',
+      'OVER_LIMIT',
+      'tollgate.store.duration_ms',
+    ]) {
+      expect(exported).toContain(text);
+    }
   });
 });

@@ -249,6 +249,7 @@ describe('tracing over OTLP/HTTP', () => {
     const tracing = createTracing({
       env: {
         OTEL_EXPORTER_OTLP_ENDPOINT: url,
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
         OTEL_EXPORTER_OTLP_HEADERS: 'x-tenant=acme,authorization=Bearer%20abc',
       },
     });
@@ -288,6 +289,7 @@ describe('tracing over OTLP/HTTP', () => {
       env: {
         OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9/unused',
         OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `${url}/collector/traces`,
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/json',
         OTEL_SERVICE_NAME: 'edge-ratelimit',
       },
     });
@@ -335,7 +337,9 @@ describe('tracing over OTLP/HTTP', () => {
         },
       }),
     ).toThrow(
-      new SettingsError("OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' is not supported: use http/json"),
+      new SettingsError(
+        "OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' is not supported: use http/protobuf or http/json",
+      ),
     );
     expect(() =>
       createTracing({
