@@ -121,7 +121,8 @@ export const counters: Command = {
       );
       const result = decision.results[0];
       if (result === undefined) throw new CommandError('the store returned no result');
-      console.log(`remaining ${result.remaining} of ${limit.requestsPerUnit}`);
+      const capacity = limit.algorithm === 'token_bucket' ? limit.burst : limit.requestsPerUnit;
+      console.log(`remaining ${result.remaining} of ${capacity}`);
       console.log(`reset ${result.resetMs === NEVER ? 'never' : `in ${result.resetMs / 1000}s`}`);
       return 0;
     } finally {

@@ -1,3 +1,4 @@
+import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createSecureContext, type ConnectionOptions } from 'node:tls';
 import { Redis } from 'ioredis';
@@ -118,8 +119,15 @@ function tlsOptions(tls: RedisTls): ConnectionOptions {
     cert: read('REDIS_TLS_CLIENT_CERT', tls.clientCertPath),
     key: read('REDIS_TLS_CLIENT_KEY', tls.clientKeyPath),
   };
+  // Checked apart, so that the error names the setting at fault.
   try {
-    createSecureContext(options);
+    // createSecureContext would take a CA file that holds no certificate at all.
+    if (options.ca !== undefined) new X509Certificate(options.ca as Buffer);
+  } catch (error) {
+    throw new SettingsError(`REDIS_TLS_CACERT: not a certificate (${(error as Error).message})`);
+  }
+  try {
+    createSecureContext({ cert: options.cert, key: options.key });
   } catch (error) {
     throw new SettingsError(
       `REDIS_TLS_CLIENT_CERT, REDIS_TLS_CLIENT_KEY: not a certificate and its key (${(error as Error).message})`,

@@ -123,6 +123,9 @@ describe('Redis over TLS', () => {
     expect(() => store({ port, tls: { ...tls(), caPath: '/nonexistent/ca.crt' } })).toThrow(
       /^REDIS_TLS_CACERT: cannot read '\/nonexistent\/ca.crt'/,
     );
+    expect(() => store({ port, tls: { ...tls(), caPath: certs.client.key } })).toThrow(
+      /^REDIS_TLS_CACERT: not a certificate/,
+    );
     expect(() => store({ port, tls: { ...tls(), clientKeyPath: certs.server.key } })).toThrow(
       /^REDIS_TLS_CLIENT_CERT, REDIS_TLS_CLIENT_KEY: not a certificate and its key/,
     );

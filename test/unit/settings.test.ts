@@ -141,6 +141,15 @@ describe('readSettings rejects a bad value, naming the setting', () => {
   });
 });
 
+describe('log settings', () => {
+  it("read the reference's upper-case values", () => {
+    expect(readSettings({ LOG_LEVEL: 'WARN', LOG_FORMAT: 'TEXT' })).toMatchObject({
+      logLevel: 'warn',
+      logFormat: 'text',
+    });
+  });
+});
+
 describe('REDIS_URL forms', () => {
   it('reads redis://user:pass@host:port/db', () => {
     expect(readSettings({ REDIS_URL: 'redis://user:pass@h:1234/2' }).redis).toMatchObject({
