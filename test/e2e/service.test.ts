@@ -1,6 +1,16 @@
 import { writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createRateLimitClient } from '../../src/grpc/protos.js';
 import { afterEach, describe, expect, it } from 'vitest';
-import { codes, d, eventually, startTollgate, type Tollgate } from '../support/tollgate.js';
+import {
+  callCheck,
+  codes,
+  d,
+  eventually,
+  startTollgate,
+  type Tollgate,
+} from '../support/tollgate.js';
 
 // The whole service as an operator runs it: the HTTP port beside gRPC, metrics that move with
 // the decisions under the reference's series names, and rules that reload on an edit while a
@@ -81,6 +91,21 @@ describe('the HTTP port of the running service', () => {
     expect(after).toMatch(
       /^tollgate_check_duration_seconds_bucket\{le="0.001",outcome="ok"\} \d+$/m,
     );
+  });
+});
+
+describe('GRPC_UDS', () => {
+  it('serves gRPC on the Unix socket, with HTTP still on its port', async () => {
+    const socket = join(tmpdir(), `tollgate-${process.pid}-${Date.now()}.sock`);
+    tollgate = await startTollgate({ rules: rules(5), env: { GRPC_UDS: socket } });
+    const client = createRateLimitClient(`unix:${socket}`);
+    try {
+      const response = await callCheck(client, { domain: 'svc', descriptors: [d('tenant', 'u')] });
+      expect(response.statuses?.[0]?.limit_remaining).toBe(4);
+    } finally {
+      client.close();
+    }
+    expect(await get('/healthcheck')).toEqual({ status: 200, body: 'OK' });
   });
 });
 
