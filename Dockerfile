@@ -1,0 +1,26 @@
+# tollgate's image: built in one stage, run from another that holds only the runtime dependencies.
+
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --ignore-scripts
+COPY tsconfig.json tsconfig.build.json ./
+COPY src ./src
+RUN node node_modules/typescript/bin/tsc -p tsconfig.build.json
+
+FROM node:20-bookworm-slim
+ENV NODE_ENV=production
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
+COPY --from=build /app/dist ./dist
+COPY lua ./lua
+COPY proto ./proto
+COPY config ./config
+# The image's unprivileged user; nothing here needs root.
+USER node
+EXPOSE 8080 8081
+HEALTHCHECK --interval=5s --timeout=2s --start-period=5s --retries=6 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:8080/healthcheck').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+# node itself is PID 1, so SIGTERM reaches tollgate and it drains before exiting.
+CMD ["node", "dist/main.js"]
