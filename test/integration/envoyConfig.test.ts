@@ -1,0 +1,131 @@
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+// envoy/envoy.yaml is checked against Envoy's published v3 API by the Go validator in
+// envoy/validate, through `npm run validate:envoy`. Each broken copy is made from the real file by
+// one substitution, so the faults follow its edits; a substitution that no longer finds its text
+// fails the test rather than checking an unbroken copy.
+
+const envoyYaml = readFileSync('envoy/envoy.yaml', 'utf8');
+const HTTP_RATELIMIT = 'type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit';
+const NETWORK_RATELIMIT =
+  'type.googleapis.com/envoy.extensions.filters.network.ratelimit.v3.RateLimit';
+const ROUTER = 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router';
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function validate(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<Run> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ['scripts/validate-envoy.mjs', ...args], { env });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.once('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+/** envoy/envoy.yaml with the first match of `find` after `marker` replaced. */
+function broken(yaml: string, marker: string, find: string | RegExp, replacement: string): string {
+  const at = yaml.indexOf(marker);
+  expect(at, `envoy/envoy.yaml no longer has ${marker}`).toBeGreaterThanOrEqual(0);
+  const after = yaml.slice(at);
+  const changed = after.replace(find, replacement);
+  expect(changed, `envoy/envoy.yaml no longer has ${String(find)} after ${marker}`).not.toBe(after);
+  return yaml.slice(0, at) + changed;
+}
+
+let dir: string;
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'tollgate-envoy-'));
+  // The first build downloads Envoy's API modules and compiles them; later runs reuse the binary.
+  const build = await validate(['--print-binary']);
+  expect(build, build.stderr).toMatchObject({ code: 0 });
+}, 300_000);
+
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+async function check(name: string, yaml: string): Promise<Run> {
+  const file = join(dir, `${name}.yaml`);
+  writeFileSync(file, yaml);
+  return validate([file]);
+}
+
+describe("envoy/envoy.yaml against Envoy's API", () => {
+  it('is valid', async () => {
+    expect(await validate([])).toEqual({ code: 0, stdout: 'OK: envoy/envoy.yaml\n', stderr: '' });
+  });
+
+  it.each([
+    {
+      fault: 'a misspelt HTTP rate-limit field',
+      yaml: () => broken(envoyYaml, HTTP_RATELIMIT, 'failure_mode_deny:', 'failure_mode_denny:'),
+      message: 'typed_config.failure_mode_denny: unknown field "failure_mode_denny"',
+    },
+    {
+      fault: 'a timeout that is not a duration',
+      yaml: () => broken(envoyYaml, HTTP_RATELIMIT, /timeout: \S+/, 'timeout: fast'),
+      message: 'typed_config.timeout: invalid google.protobuf.Duration value "fast"',
+    },
+    {
+      fault: 'an unknown @type',
+      yaml: () => broken(envoyYaml, ROUTER, 'http.router.v3', 'http.routr.v3'),
+      message: `typed_config.@type: unable to resolve "${ROUTER.replace('router', 'routr')}"`,
+    },
+    {
+      fault: 'a value outside an enum',
+      yaml: () =>
+        broken(envoyYaml, HTTP_RATELIMIT, /x_ratelimit_headers: \S+/, "x_ratelimit_headers: 'ON'"),
+      message:
+        'enable_x_ratelimit_headers: invalid value for enum field enableXRatelimitHeaders: "ON"',
+    },
+    {
+      // The bootstrap's ValidateAll checks that a typed_config is set but never unpacks it: this
+      // copy would pass unless the validator walked into every Any and validated what is inside.
+      fault: 'network rate limits without a domain',
+      yaml: () => broken(envoyYaml, NETWORK_RATELIMIT, /\n *domain: \S+/, ''),
+      message: `typed_config.domain: value length must be at least 1 runes (in ${NETWORK_RATELIMIT})`,
+    },
+    {
+      // Two Anys deep: the HTTP filter's config sits inside the connection manager's.
+      fault: 'HTTP rate limits with an empty domain',
+      yaml: () => broken(envoyYaml, HTTP_RATELIMIT, /domain: \S+/, "domain: ''"),
+      message: `typed_config.domain: value length must be at least 1 runes (in ${HTTP_RATELIMIT})`,
+    },
+  ])('rejects $fault, naming it', async ({ fault, yaml, message }) => {
+    const name = fault.replaceAll(/\W+/g, '-');
+    const { code, stdout } = await check(name, yaml());
+    expect(code).toBe(1);
+    expect(stdout.startsWith(`${join(dir, name)}.yaml: static_resources.`)).toBe(true);
+    expect(stdout).toMatch(message);
+    expect(stdout).not.toMatch(/OK:/);
+  });
+
+  it('reports every fault that the API rules find, not just the first', async () => {
+    const yaml = broken(
+      broken(envoyYaml, NETWORK_RATELIMIT, /\n *domain: \S+/, ''),
+      '- name: tollgate',
+      /connect_timeout: \S+/,
+      'connect_timeout: 0s',
+    );
+    const { code, stdout } = await check('two-faults', yaml);
+    expect(code).toBe(1);
+    expect(stdout).toMatch(/\.clusters\[\d+\]\.connect_timeout: value must be greater than 0s\n/);
+    expect(stdout).toMatch(/\.typed_config\.domain: value length must be at least 1 runes/);
+    expect(stdout.trim().split('\n')).toHaveLength(2);
+  });
+
+  it('says how to get Go when it is missing', async () => {
+    const { code, stderr } = await validate([], { ...process.env, PATH: '/nonexistent' });
+    expect(code).toBe(2);
+    expect(stderr).toMatch(/Go 1\.23 or newer is needed .* https:\/\/go\.dev\/dl/);
+  });
+});
