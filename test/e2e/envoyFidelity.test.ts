@@ -264,6 +264,39 @@ describe('HTTP requests through Envoy', () => {
   });
 });
 
+describe("the sample's defences at the edge", () => {
+  it('a client cannot dodge the per-address limit by writing X-Forwarded-For', async () => {
+    const { limit } = named('per-address');
+    const request = from(reaching('per-address', false), freshAddress());
+    const forged = (i: number): HttpRequest => ({
+      ...request,
+      headers: { ...request.headers, 'x-forwarded-for': `203.0.113.${i + 1}` },
+    });
+    const { statuses } = await sendAll(limit.requestsPerUnit + 1, forged);
+    expect(statuses).toEqual([...times(limit.requestsPerUnit, 200), 429]);
+  });
+
+  it('spellings of one path share its limit: dot segments, doubled slashes, escapes', async () => {
+    const { limit } = named('tenant-exports');
+    const request = reaching('tenant-exports', true);
+    const path = request.path; // e.g. /reports/export/...
+    const [, first, ...rest] = path.split('/');
+    const spellings = [
+      `//${first}/./${rest.join('//')}`,
+      `/${first}/x/../${rest.join('/')}`,
+      `/${first}/${rest.join('/').replace(/^e/, '%65')}`,
+    ];
+    const next = (i: number) =>
+      from(
+        { ...request, path: spellings[i % spellings.length]! },
+        freshAddress(),
+        'spelling-tenant',
+      );
+    const { statuses } = await sendAll(limit.requestsPerUnit + 1, next);
+    expect(statuses).toEqual([...times(limit.requestsPerUnit, 200), 429]);
+  });
+});
+
 describe('TCP connections through Envoy', () => {
   it('the listener limit closes the connection past its limit, until the next window', async () => {
     expect(envoy.tcp.length).toBeGreaterThan(0);

@@ -315,6 +315,48 @@ function headerMatcher(value: unknown, where: string): HeaderMatcher {
 interface ConnectionManager {
   useRemoteAddress: boolean;
   xffNumTrustedHops: number;
+  normalizePath: boolean;
+  mergeSlashes: boolean;
+}
+
+const UNRESERVED = /^[A-Za-z0-9\-._~]$/;
+
+/**
+ * The path every filter and the router see: with `normalize_path`, RFC 3986 normalization
+ * (percent-encoded unreserved characters decoded, other escapes upper-cased, dot segments
+ * removed); then, with `merge_slashes`, runs of '/' made one. The query is left as it is.
+ */
+export function normalizedPath(
+  path: string,
+  cm: Pick<ConnectionManager, 'normalizePath' | 'mergeSlashes'>,
+): string {
+  const cut = path.search(/[?#]/);
+  let head = cut < 0 ? path : path.slice(0, cut);
+  const tail = cut < 0 ? '' : path.slice(cut);
+  if (cm.normalizePath) {
+    head = head.replace(/%([0-9A-Fa-f]{2})/g, (escape, hex: string) => {
+      const char = String.fromCharCode(parseInt(hex, 16));
+      return UNRESERVED.test(char) ? char : escape.toUpperCase();
+    });
+    head = removeDotSegments(head);
+  }
+  if (cm.mergeSlashes) head = head.replace(/\/{2,}/g, '/');
+  return head + tail;
+}
+
+/** RFC 3986 section 5.2.4. */
+function removeDotSegments(path: string): string {
+  const out: string[] = [];
+  for (const segment of path.split('/')) {
+    if (segment === '..') {
+      if (out.length > 1) out.pop();
+    } else if (segment !== '.') {
+      out.push(segment);
+    }
+  }
+  const last = path.split('/').pop();
+  if (last === '.' || last === '..') out.push('');
+  return out.join('/') || '/';
 }
 
 /** `addressAsString()`: IPv6 compressed and lowercased. */
@@ -635,6 +677,8 @@ const HCM_FIELDS = [
   'route_config',
   'use_remote_address',
   'xff_num_trusted_hops',
+  'normalize_path',
+  'merge_slashes',
   'skip_xff_append',
   'access_log',
   'generate_request_id',
@@ -684,6 +728,8 @@ function compileHttp(
   const cm: ConnectionManager = {
     useRemoteAddress: bool(hcm, 'use_remote_address', where, false),
     xffNumTrustedHops: uint(hcm, 'xff_num_trusted_hops', where, 0),
+    normalizePath: bool(hcm, 'normalize_path', where, false),
+    mergeSlashes: bool(hcm, 'merge_slashes', where, false),
   };
 
   const cAt = `${where}.http_filters[${index}].typed_config`;
@@ -733,14 +779,15 @@ function compileHttp(
     }
     const authority = request.authority ?? headers.get('host') ?? '';
     headers.delete('host');
-    headers.set(':path', request.path);
+    const path = normalizedPath(request.path, cm);
+    headers.set(':path', path);
     headers.set(':method', request.method ?? 'GET');
     headers.set(':authority', authority);
     headers.set(':scheme', 'http');
     const host =
       hosts.find((h) => h.domains.includes(authority.toLowerCase())) ??
       hosts.find((h) => h.domains.includes('*'));
-    const pathOnly = request.path.replace(/[?#].*$/s, '');
+    const pathOnly = path.replace(/[?#].*$/s, '');
     const route = host?.routes.find((r) => r.matches(pathOnly, headers));
     const remoteAddress = trustedAddress(peer, headers.get('x-forwarded-for'), cm);
     return { route, ctx: { headers, remoteAddress } };

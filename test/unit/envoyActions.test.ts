@@ -3,6 +3,7 @@ import { stringify } from 'yaml';
 import {
   EnvoyModelError,
   formatShape,
+  normalizedPath,
   parseEnvoyModel,
   type HttpRateLimit,
   type HttpRequest,
@@ -397,8 +398,32 @@ describe('refusals', () => {
     expect(
       refused(bootstrap(route, { filter: { enable_x_ratelimit_headers: 'DRAFT_VERSION_03' } })),
     ).toMatch(/enable_x_ratelimit_headers: 'DRAFT_VERSION_03' is not modelled/);
-    expect(refused(bootstrap(route, { hcm: { normalize_path: true } }))).toMatch(
-      /normalize_path: this field is not modelled/,
+    expect(
+      refused(
+        bootstrap(route, { hcm: { path_with_escaped_slashes_action: 'UNESCAPE_AND_REDIRECT' } }),
+      ),
+    ).toMatch(/path_with_escaped_slashes_action: this field is not modelled/);
+  });
+});
+
+describe('path normalization', () => {
+  const both = { normalizePath: true, mergeSlashes: true };
+  it.each([
+    ['/reports/%65xport/q3', '/reports/export/q3'],
+    ['/reports/./export', '/reports/export'],
+    ['/a/b/../../reports/export', '/reports/export'],
+    ['/../orders', '/orders'],
+    ['/orders/..', '/'],
+    ['/orders%2Fx', '/orders%2Fx'],
+    ['/orders%2fx', '/orders%2Fx'],
+    ['//reports///export?q=a//b', '/reports/export?q=a//b'],
+  ])('normalizes %s to %s', (path, expected) => {
+    expect(normalizedPath(path, both)).toBe(expected);
+  });
+
+  it('leaves the path alone when neither is set', () => {
+    expect(normalizedPath('//a/./b/%65', { normalizePath: false, mergeSlashes: false })).toBe(
+      '//a/./b/%65',
     );
   });
 });
