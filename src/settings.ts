@@ -47,6 +47,8 @@ export interface Settings {
   grpcServer: GrpcServerSettings;
   /** How long SIGTERM waits for calls in flight. */
   shutdownGraceMs: number;
+  /** Denied counters remembered until their reset, so repeated denials skip the store; 0: off. */
+  overLimitCacheSize: number;
 }
 
 export interface GrpcServerSettings {
@@ -142,6 +144,7 @@ export function readSettings(env: Env = process.env): Settings {
     },
     grpcServer: readGrpcServer(env),
     shutdownGraceMs: duration(env, 'SHUTDOWN_GRACE', '10s', 0),
+    overLimitCacheSize: integer(env, 'OVER_LIMIT_CACHE_SIZE', 10_000, 0, 10_000_000),
   };
 
   if (/[{}]/.test(settings.cacheKeyPrefix)) {
@@ -152,8 +155,6 @@ export function readSettings(env: Env = process.env): Settings {
   if (settings.workers > 1 && !settings.redis) {
     throw new SettingsError('WORKERS: more than 1 needs REDIS_URL, since workers share no memory');
   }
-  // Settings that later work implements stop start-up rather than being ignored.
-  if (settings.workers > 1) throw new SettingsError('WORKERS: more than 1 is not supported yet');
   return settings;
 }
 

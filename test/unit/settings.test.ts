@@ -57,6 +57,7 @@ describe('readSettings defaults', () => {
         tls: undefined,
       },
       shutdownGraceMs: 10_000,
+      overLimitCacheSize: 10_000,
     });
     expect(settings.grpcUds).toBeUndefined();
     expect(settings.redis).toBeUndefined(); // no REDIS_URL: the in-memory store
