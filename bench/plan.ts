@@ -1,0 +1,69 @@
+/**
+ * How long and how hard each part of the bench runs. `--quick` exists to prove the bench works
+ * (in CI, in under three minutes), not to measure: its numbers are indicative only.
+ */
+export type Mode = 'quick' | 'full';
+
+export interface Plan {
+  mode: Mode;
+  /** Closed loop: fixed concurrency, no rate limit; median of `rounds` alternating runs. */
+  throughput: {
+    seconds: number;
+    warmupSeconds: number;
+    rounds: number;
+    concurrency: number;
+    connections: number;
+  };
+  /** Constant arrival rate: one run per tier, stopping one tier past the break. */
+  latency: {
+    seconds: number;
+    warmupSeconds: number;
+    tiers: number[];
+    concurrency: number;
+    connections: number;
+    /** Calls still waiting past this fail, which bounds what an overloaded tier leaves queued. */
+    timeoutMs: number;
+  };
+  /** Every scenario on each tollgate: one closed-loop run and one run at `rps`. */
+  scenarios: { throughputSeconds: number; latencySeconds: number; rps: number };
+  /** Concurrent requests to one limited key while ghz loads the service. */
+  admission: { requests: number; concurrency: number; channels: number; loadSeconds: number };
+}
+
+/** A tier breaks when any of these holds; the next tier is the last one run. */
+export const BREAK = { minAchievedRatio: 0.95, maxErrorRate: 0.01, maxP99Ms: 2 } as const;
+
+/** 1k, 2k, 5k, 10k, then doubling; the cap only guarantees an end if nothing ever breaks. */
+function tiers(count: number): number[] {
+  const all = [1_000, 2_000, 5_000, 10_000];
+  while (all.length < count) all.push(all[all.length - 1]! * 2);
+  return all.slice(0, count);
+}
+
+export function makePlan(mode: Mode): Plan {
+  const quick = mode === 'quick';
+  return {
+    mode,
+    throughput: {
+      seconds: quick ? 2 : 10,
+      warmupSeconds: quick ? 1 : 3,
+      rounds: 3,
+      concurrency: 50,
+      connections: 4,
+    },
+    latency: {
+      seconds: quick ? 2 : 15,
+      warmupSeconds: quick ? 0.5 : 2,
+      tiers: quick ? tiers(3) : tiers(10),
+      concurrency: 50,
+      connections: 4,
+      timeoutMs: 1_000,
+    },
+    scenarios: {
+      throughputSeconds: quick ? 1 : 10,
+      latencySeconds: quick ? 1 : 15,
+      rps: quick ? 2_000 : 5_000,
+    },
+    admission: { requests: 4_000, concurrency: 200, channels: 4, loadSeconds: quick ? 2 : 5 },
+  };
+}

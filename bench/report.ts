@@ -1,0 +1,241 @@
+import type { AdmissionResult } from './admission.js';
+import type { RunResult } from './measure.js';
+import type { BenchResults } from './results.js';
+
+/** The Markdown report of one bench run: the targets first, then every table behind them. */
+const rps = (value: number | null) =>
+  value === null ? 'closed' : Math.round(value).toLocaleString('en-US');
+const ms = (value: number | undefined) => (value === undefined ? 'n/a' : value.toFixed(2));
+const pct = (value: number | null) => (value === null ? 'n/a' : `${Math.round(value)}%`);
+const calls = (run: RunResult) => (run.redis ? run.redis.scriptCallsPerRequest.toFixed(2) : 'n/a');
+const row = (cells: (string | number)[]) => `| ${cells.join(' | ')} |`;
+const header = (cells: string[]) => [row(cells), row(cells.map(() => '---'))];
+
+/** "0", or the failed calls by gRPC status, with their share. */
+function errors(run: RunResult): string {
+  const failed = Object.entries(run.statusCodes).filter(([code]) => code !== 'OK');
+  if (failed.length === 0) return '0';
+  const list = failed.map(([code, count]) => `${code} ${count}`).join(', ');
+  return `${(100 * run.errorRate).toFixed(2)}% (${list})`;
+}
+
+/** Share of tollgate's answers that were OVER_LIMIT. */
+function denied(run: RunResult): string {
+  if (!run.outcomes) return 'n/a';
+  const total = Object.values(run.outcomes).reduce((sum, count) => sum + count, 0);
+  return total > 0 ? `${Math.round((100 * (run.outcomes.over_limit ?? 0)) / total)}%` : 'n/a';
+}
+
+function admissionVerdict(check: AdmissionResult): string {
+  if (check.exact) return 'yes';
+  if (check.overAdmitted) return `NO: ${check.allowed - check.limit} over the limit`;
+  const failed = Object.values(check.failed).reduce((sum, count) => sum + count, 0);
+  // A call that timed out on its way to Redis may still have been counted there.
+  return failed >= check.limit - check.allowed
+    ? `no: ${check.limit - check.allowed} under, and ${failed} calls failed (a failed call may still have counted)`
+    : `no: ${check.limit - check.allowed} under`;
+}
+
+const mean = (values: number[]) => values.reduce((sum, value) => sum + value, 0) / values.length;
+
+function duration(seconds: number): string {
+  const whole = Math.round(seconds);
+  return `${Math.floor(whole / 60)}m ${whole % 60}s`;
+}
+
+export function markdownReport(results: BenchResults, chartFile: string): string {
+  const { machine, plan } = results;
+  const lines: string[] = [
+    `# tollgate bench: ${results.name}`,
+    '',
+    `\`${results.command}\`, started ${results.startedAt}, took ${duration(results.durationSeconds)}.`,
+  ];
+  if (results.mode === 'quick') {
+    lines.push(
+      '',
+      '**Quick mode: short runs that prove the bench works. The numbers are indicative only.**',
+    );
+  }
+  lines.push(
+    '',
+    `Machine: ${machine.cpuModel}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Linux ${machine.kernel}; ` +
+      `Node ${machine.node}, Redis ${machine.redis}, ghz ${machine.ghz}. ` +
+      `Load average ${machine.loadAverage.start.toFixed(2)} at the start, ${machine.loadAverage.end?.toFixed(2) ?? '?'} at the end. ` +
+      'ghz, the services and Redis all share these cores; CPU is in % of one core.',
+    '',
+    '## Targets',
+    '',
+    ...header(['target', 'goal', 'this run', 'met', 'how']),
+    ...results.targets.map((target) =>
+      row([
+        target.name,
+        target.target,
+        target.value === null ? 'n/a' : target.value.toFixed(2),
+        target.met ? 'yes' : 'no',
+        target.note,
+      ]),
+    ),
+    '',
+    `## Throughput`,
+    '',
+    `Closed loop: ${plan.throughput.concurrency} concurrent calls on ${plan.throughput.connections} connections, no rate limit, ` +
+      `${plan.throughput.seconds} s runs after a ${plan.throughput.warmupSeconds} s warm-up, ${plan.throughput.rounds} rounds alternating the services; one descriptor. ` +
+      'Rates count successful calls.',
+    '',
+    ...header([
+      'service',
+      'runs (req/s)',
+      'median req/s',
+      '÷ bare',
+      'service CPU',
+      'Redis CPU',
+      'ghz CPU',
+      'Redis calls/req',
+      'errors',
+    ]),
+  );
+  for (const service of results.throughput.services) {
+    const runs = results.throughput.runs.filter((run) => run.service === service.service);
+    const redisCpu = runs
+      .map((run) => run.cpu.redis)
+      .filter((value): value is number => value !== null);
+    lines.push(
+      row([
+        service.service,
+        service.runsRps.map(rps).join(', '),
+        rps(service.medianRps),
+        service.ratioToBare.toFixed(2),
+        pct(mean(runs.map((run) => run.cpu.service))),
+        redisCpu.length ? pct(mean(redisCpu)) : 'n/a',
+        pct(mean(runs.map((run) => run.cpu.ghz))),
+        runs[0] ? calls(runs[0]) : 'n/a',
+        runs.map(errors).join('; '),
+      ]),
+    );
+  }
+  lines.push(
+    '',
+    '## Latency',
+    '',
+    `Constant arrival rate (ghz --rps --async, calls time out after ${plan.latency.timeoutMs} ms), one descriptor, ` +
+      `${plan.latency.seconds} s per tier after a ${plan.latency.warmupSeconds} s warm-up at the same rate. ` +
+      `A tier breaks when it achieves under ${100 * results.breakCriteria.minAchievedRatio}% of the offered rate, ` +
+      `errs on over ${100 * results.breakCriteria.maxErrorRate}% of calls, or has p99 over ${results.breakCriteria.maxP99Ms} ms; ` +
+      'each service stops one tier past its break.',
+    '',
+    `![p99 latency against offered rate](${chartFile})`,
+    '',
+    ...header([
+      'service',
+      'offered',
+      'achieved',
+      'p50 ms',
+      'p95 ms',
+      'p99 ms',
+      'max ms',
+      'errors',
+      'service CPU',
+      'Redis CPU',
+      'ghz CPU',
+      'Redis calls/req',
+      'verdict',
+    ]),
+  );
+  for (const series of results.latency) {
+    for (const tier of series.tiers) {
+      const verdict = tier.reasons.length
+        ? `${tier.verdict}: ${tier.reasons.join(', ')}`
+        : tier.verdict;
+      lines.push(
+        row([
+          series.service,
+          rps(tier.offeredRps),
+          rps(tier.achievedRps),
+          ms(tier.latencyMs?.p50),
+          ms(tier.latencyMs?.p95),
+          ms(tier.latencyMs?.p99),
+          ms(tier.latencyMs?.max),
+          errors(tier),
+          pct(tier.cpu.service),
+          pct(tier.cpu.redis),
+          pct(tier.cpu.ghz),
+          calls(tier),
+          verdict,
+        ]),
+      );
+    }
+  }
+  const bare = results.throughput.services.find((service) => service.service === 'bare');
+  lines.push(
+    '',
+    '## Scenarios',
+    '',
+    `Each scenario on each tollgate: a ${plan.scenarios.throughputSeconds} s closed-loop run (as above; ÷ bare uses the bare median above), ` +
+      `then ${plan.scenarios.latencySeconds} s at a constant ${rps(plan.scenarios.rps)} req/s for the latencies. ` +
+      '"denied" is the share of OVER_LIMIT answers, from tollgate\'s /metrics.',
+    '',
+    ...header([
+      'scenario',
+      'service',
+      'closed-loop req/s',
+      '÷ bare',
+      `achieved at ${rps(plan.scenarios.rps)}`,
+      'p50 ms',
+      'p95 ms',
+      'p99 ms',
+      'max ms',
+      'errors',
+      'denied',
+      'Redis calls/req',
+      'service CPU',
+      'Redis CPU',
+      'ghz CPU',
+    ]),
+  );
+  for (const run of results.scenarios) {
+    const { throughput: closed, latency: open } = run;
+    lines.push(
+      row([
+        `${run.scenario}: ${run.title}`,
+        run.service,
+        rps(closed.achievedRps),
+        bare ? (closed.achievedRps / bare.medianRps).toFixed(2) : 'n/a',
+        rps(open.achievedRps),
+        ms(open.latencyMs?.p50),
+        ms(open.latencyMs?.p95),
+        ms(open.latencyMs?.p99),
+        ms(open.latencyMs?.max),
+        errors(open),
+        denied(open),
+        calls(closed),
+        pct(open.cpu.service),
+        pct(open.cpu.redis),
+        pct(open.cpu.ghz),
+      ]),
+    );
+  }
+  lines.push(
+    '',
+    '## No over-admission',
+    '',
+    `While ghz loads the service, ${plan.admission.requests.toLocaleString('en-US')} requests, ${plan.admission.concurrency} at a time on ` +
+      `${plan.admission.channels} connections, go to one key allowed ${results.admission[0]?.limit ?? '?'} a day; the allowed answers are counted by the harness's own gRPC client.`,
+    '',
+    ...header(['service', 'limit', 'requests', 'allowed', 'denied', 'failed', 'exactly the limit']),
+    ...results.admission.map((check) =>
+      row([
+        check.service,
+        check.limit,
+        check.requests,
+        check.allowed,
+        check.denied,
+        Object.entries(check.failed)
+          .map(([code, count]) => `${code} ${count}`)
+          .join(', ') || '0',
+        admissionVerdict(check),
+      ]),
+    ),
+    '',
+  );
+  return lines.join('\n');
+}

@@ -1,0 +1,144 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { track } from './children.js';
+import { waitUntilAnswering } from './rlsClient.js';
+import { READY_REQUEST, RULES_YAML } from './scenarios.js';
+
+/** The processes under test, each started here on a free port of 127.0.0.1. */
+export type ServiceName = 'bare' | 'redis' | 'memory';
+
+export interface Service {
+  name: ServiceName;
+  title: string;
+  address: string;
+  pid: number;
+  /** tollgate's HTTP port, for /metrics; the bare server has none. */
+  httpUrl?: string;
+  /** The settings it was started with, for the report. */
+  settings: Record<string, string>;
+}
+
+export interface RedisServer {
+  url: string;
+  pid: number;
+  /** The harness's own connection, for INFO; never the one under test. */
+  client: Redis;
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
+    });
+  });
+}
+
+/** Spawns and tracks a process, keeping the tail of its stderr for the error that says why. */
+function launch(command: string, args: string[], env?: Record<string, string>) {
+  const child = spawn(command, args, { env, stdio: ['ignore', 'ignore', 'pipe'] });
+  track(child);
+  let stderr = '';
+  child.stderr?.on('data', (chunk: Buffer) => (stderr = (stderr + chunk).slice(-4_000)));
+  return { child, stderr: () => stderr.trim() };
+}
+
+function pidOf(child: ChildProcess): number {
+  if (child.pid === undefined) throw new Error(`${child.spawnfile} did not start`);
+  return child.pid;
+}
+
+export async function startRedis(): Promise<RedisServer> {
+  const port = await freePort();
+  // No persistence: a snapshot or an fsync in the middle of a run would be measured too.
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'];
+  const { child, stderr } = launch('redis-server', args);
+  child.once('error', () => {});
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const client = new Redis({
+      host: '127.0.0.1',
+      port,
+      lazyConnect: true,
+      retryStrategy: () => null,
+    });
+    client.on('error', () => {});
+    try {
+      await client.connect();
+      await client.ping();
+      return { url: `redis://127.0.0.1:${port}`, pid: pidOf(child), client };
+    } catch (error) {
+      client.disconnect();
+      if (Date.now() > deadline || child.exitCode !== null) {
+        throw new Error(`redis-server did not start on port ${port}: ${String(error)} ${stderr()}`);
+      }
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+}
+
+export interface TollgateOptions {
+  repoRoot: string;
+  name: 'redis' | 'memory';
+  redisUrl?: string;
+  workers: number;
+}
+
+export async function startTollgate(options: TollgateOptions): Promise<Service> {
+  const rulesDir = mkdtempSync(join(tmpdir(), 'tollgate-bench-rules-'));
+  writeFileSync(join(rulesDir, 'bench.yaml'), RULES_YAML);
+  const [grpcPort, httpPort] = [await freePort(), await freePort()];
+  const settings: Record<string, string> = {
+    CONFIG_PATH: join(rulesDir, 'bench.yaml'),
+    LOG_LEVEL: 'warn',
+    ...(options.redisUrl
+      ? // Generous: on two shared cores a scheduling hiccup must not read as a store failure.
+        { REDIS_URL: options.redisUrl, REDIS_TIMEOUT: '100ms', WORKERS: String(options.workers) }
+      : {}),
+  };
+  // Only these variables: a stray SHADOW_MODE or OTEL_* in the caller's shell would change what
+  // is measured.
+  const env = {
+    PATH: process.env.PATH ?? '',
+    HOME: process.env.HOME ?? '',
+    GRPC_HOST: '127.0.0.1',
+    GRPC_PORT: String(grpcPort),
+    HOST: '127.0.0.1',
+    PORT: String(httpPort),
+    ...settings,
+  };
+  const main = join(options.repoRoot, 'dist', 'main.js');
+  const { child, stderr } = launch(process.execPath, [main], env);
+  const address = `127.0.0.1:${grpcPort}`;
+  await waitUntilAnswering(address, READY_REQUEST, child, stderr);
+  const title = options.redisUrl ? 'tollgate, Redis store' : 'tollgate, in-memory store';
+  return {
+    name: options.name,
+    title,
+    address,
+    pid: pidOf(child),
+    httpUrl: `http://127.0.0.1:${httpPort}`,
+    settings,
+  };
+}
+
+export async function startBare(benchDir: string): Promise<Service> {
+  const port = await freePort();
+  const env = { PATH: process.env.PATH ?? '', GRPC_PORT: String(port) };
+  const { child, stderr } = launch(process.execPath, [join(benchDir, 'bareMain.js')], env);
+  const address = `127.0.0.1:${port}`;
+  await waitUntilAnswering(address, READY_REQUEST, child, stderr);
+  return {
+    name: 'bare',
+    title: 'bare grpc-js, constant OK',
+    address,
+    pid: pidOf(child),
+    settings: {},
+  };
+}

@@ -1,0 +1,92 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { latencyChart } from '../../bench/chart.js';
+import type { RunResult } from '../../bench/measure.js';
+import { parseStat, treeCpuSeconds } from '../../bench/procstat.js';
+import { breakReasons } from '../../bench/series.js';
+import { RULES_YAML, SCENARIOS } from '../../bench/scenarios.js';
+import { startTollgate, type Tollgate } from '../support/tollgate.js';
+
+// The bench itself runs as `npm run bench -- --quick` (CI) since it needs ghz and takes a minute.
+// These are the parts of it that can break silently and cheaply: the rules it writes, the
+// decisions its scenarios expect, and the judgements it prints. They take well under a second.
+
+let tollgate: Tollgate;
+
+beforeAll(async () => {
+  tollgate = await startTollgate({ rules: RULES_YAML });
+});
+
+afterAll(async () => {
+  await tollgate.stop();
+});
+
+/** ghz fills in the template actions; any value does here. */
+function concrete(request: object): object {
+  return JSON.parse(JSON.stringify(request).replace(/\{\{[^}]*\}\}/g, '7')) as object;
+}
+
+describe("the bench's rules and scenarios", () => {
+  it('allows every scenario but the abusive one, and denies that one past its limit', async () => {
+    for (const scenario of SCENARIOS) {
+      const request = concrete(scenario.request);
+      const answers = [];
+      for (let i = 0; i < 20; i += 1) answers.push((await tollgate.check(request)).overall_code);
+      if (scenario.name === 'abusive-tenant')
+        expect(answers.slice(-5)).toEqual(Array(5).fill('OVER_LIMIT'));
+      else expect(answers, scenario.name).toEqual(Array(20).fill('OK'));
+    }
+  });
+});
+
+describe("the bench's judgements", () => {
+  const run = (over: Partial<RunResult>): RunResult => ({
+    service: 'redis',
+    scenario: 'one-descriptor',
+    offeredRps: 5_000,
+    achievedRps: 5_000,
+    requests: 50_000,
+    seconds: 10,
+    latencyMs: { p50: 0.4, p95: 0.9, p99: 1.5, max: 4, mean: 0.5 },
+    statusCodes: { OK: 50_000 },
+    errors: {},
+    errorRate: 0,
+    cpu: { service: 60, redis: 10, ghz: 70 },
+    redis: null,
+    outcomes: { ok: 50_000 },
+    ...over,
+  });
+
+  it('breaks a tier on rate, errors or p99, and names each reason', () => {
+    expect(breakReasons(run({}))).toEqual([]);
+    expect(breakReasons(run({ achievedRps: 4_000, errorRate: 0.2, latencyMs: null }))).toEqual([
+      'achieved 80% of offered',
+      'errors 20.0%',
+      'no call succeeded',
+    ]);
+    expect(breakReasons(run({ latencyMs: { p50: 1, p95: 2, p99: 2.5, max: 9, mean: 1 } }))).toEqual(
+      ['p99 2.50 ms'],
+    );
+  });
+
+  it('reads CPU from /proc, whatever the command name holds', () => {
+    const stat = parseStat('42 (a (b) c) S 7 42 42 0 -1 4194560 1 0 0 0 150 50 30 20 20 0');
+    expect(stat).toEqual({ ppid: 7, cpuSeconds: 2, childrenCpuSeconds: 0.5 });
+    expect(treeCpuSeconds(process.pid)).toBeGreaterThan(0);
+  });
+
+  it('draws one line per service, a point per tier and the target', () => {
+    const tiers = [1_000, 2_000, 5_000].map((offeredRps, i) => ({
+      ...run({ offeredRps, latencyMs: { p50: 1, p95: 2, p99: 1 + i, max: 9, mean: 1 } }),
+      verdict: i < 1 ? ('ok' as const) : i < 2 ? ('break' as const) : ('past-break' as const),
+      reasons: [],
+    }));
+    const svg = latencyChart(
+      [{ service: 'redis', tiers, breakRps: 2_000, breakReasons: [] }],
+      't',
+      2,
+    );
+    expect(svg.match(/<polyline /g)).toHaveLength(1);
+    expect(svg.match(/<circle /g)).toHaveLength(3);
+    expect(svg).toContain('target 2 ms');
+  });
+});
