@@ -41,9 +41,20 @@
  * - `tollgate_config_loads_total{result="success"|"error"}`: rules loads and reloads.
  * - `tollgate_metrics_detailed_overflow_total`: rule outcomes reported under `_overflow`.
  * - `tollgate_process_*`, `tollgate_nodejs_*`: prom-client's process and Node.js metrics.
+ *
+ * Under WORKERS > 1 each worker counts in its own registry, and /metrics answers the sum of every
+ * worker's `snapshot()`, made by `createMetricsAggregator` in the cluster primary.
  */
 
-import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import {
+  AggregatorRegistry,
+  Counter,
+  Histogram,
+  Registry,
+  collectDefaultMetrics,
+  type MetricObjectWithValues,
+  type MetricValue,
+} from 'prom-client';
 import type { CheckEvent, RuleOutcome } from './outcome.js';
 
 export type RpcOutcome = 'ok' | 'over_limit' | 'invalid' | 'unavailable' | 'internal';
@@ -68,8 +79,12 @@ export interface Metrics {
   readonly contentType: string;
   /** The text exposition, for GET /metrics. */
   text(): Promise<string>;
+  /** Every series as plain data, which survives IPC: what a worker hands the cluster primary. */
+  snapshot(): Promise<MetricsSnapshot>;
   readonly registry: Registry;
 }
+
+export type MetricsSnapshot = MetricObjectWithValues<MetricValue<string>>[];
 
 /** The name of the series that descriptor-valued keys fall into past the cap. */
 export const OVERFLOW_KEY = '_overflow';
@@ -329,6 +344,51 @@ export function createMetrics(options: MetricsOptions): Metrics {
 
     contentType: registry.contentType,
     text: () => registry.metrics(),
+    snapshot: () => registry.getMetricsAsJSON(),
     registry,
+  };
+}
+
+export interface MetricsAggregator {
+  /**
+   * A worker has exited: the counters and histograms of its last snapshot stay in every later
+   * sum, so that a replaced worker never makes a counter go backwards (which Prometheus would
+   * read as a reset). Its gauges go with it.
+   */
+  retire(last: MetricsSnapshot): void;
+  /** One exposition from the live workers' snapshots and the retired ones. */
+  exposition(live: readonly MetricsSnapshot[]): Promise<{ contentType: string; body: string }>;
+}
+
+/**
+ * For the cluster primary. prom-client's aggregator adds counters and histograms up, label set by
+ * label set; process metrics follow its rules (CPU and memory summed, event-loop lag averaged,
+ * start time left out). Its own IPC (`clusterMetrics`) reads the global registry, which this
+ * service does not use, so workers send `snapshot()`s over the cluster's channel instead.
+ */
+export function createMetricsAggregator(): MetricsAggregator {
+  // One folded snapshot, however many workers have come and gone; a chain keeps folds in order.
+  let retired: Promise<MetricsSnapshot> = Promise.resolve([]);
+  const aggregate = (snapshots: readonly MetricsSnapshot[]) =>
+    AggregatorRegistry.aggregate<typeof Registry.PROMETHEUS_CONTENT_TYPE>([...snapshots]);
+  return {
+    retire(last) {
+      const monotonic = last.filter((metric) => {
+        const type: unknown = metric.type;
+        return type === 'counter' || type === 'histogram';
+      });
+      retired = retired.then(async (previous) => {
+        try {
+          return await aggregate([previous, monotonic]).getMetricsAsJSON();
+        } catch {
+          // Losing one worker's past counts is better than failing every later scrape.
+          return previous;
+        }
+      });
+    },
+    async exposition(live) {
+      const registry = aggregate([await retired, ...live]);
+      return { contentType: registry.contentType, body: await registry.metrics() };
+    },
   };
 }

@@ -6,7 +6,7 @@ import { grpcServerOptions } from './grpc/serverOptions.js';
 import { createHttpServer } from './http/server.js';
 import { createLimiter } from './limiter.js';
 import { createLogger, type Logger } from './logger.js';
-import { createMetrics, type RpcOutcome } from './metrics.js';
+import { createMetrics, type Metrics, type RpcOutcome } from './metrics.js';
 import { dumpRules } from './rules/dumpRules.js';
 import { loadRules } from './rules/loadRules.js';
 import type { RuleSet } from './rules/types.js';
@@ -31,6 +31,10 @@ export interface ServiceOptions {
   env?: Record<string, string | undefined>;
   /** How often the store's health is probed. */
   healthIntervalMs?: number;
+  /** Where checks are counted; a new registry by default. */
+  metrics?: Metrics;
+  /** What GET /metrics answers; `metrics` alone by default. A worker answers every worker's sum. */
+  metricsExposition?: () => Promise<{ contentType: string; body: string }>;
 }
 
 export interface Service {
@@ -44,7 +48,8 @@ export function createService(options: ServiceOptions): Service {
   const { settings } = options;
   const clock = options.clock ?? Date.now;
   const logger = options.logger ?? createLogger(settings);
-  const metrics = createMetrics({ maxDetailedSeries: settings.metrics.maxDetailedSeries });
+  const metrics =
+    options.metrics ?? createMetrics({ maxDetailedSeries: settings.metrics.maxDetailedSeries });
   const tracing = createTracing({ env: options.env ?? process.env });
 
   const load = () =>
@@ -160,7 +165,9 @@ export function createService(options: ServiceOptions): Service {
   const httpServer = createHttpServer({
     decide,
     health,
-    metrics: async () => ({ contentType: metrics.contentType, body: await metrics.text() }),
+    metrics:
+      options.metricsExposition ??
+      (async () => ({ contentType: metrics.contentType, body: await metrics.text() })),
     rules: () => dumpRules(rules),
     limits,
     onInternalError,

@@ -6,18 +6,29 @@ import { eventually, healthStatus, writeRules } from './tollgate.js';
 /** tollgate as its own process, started from the built entry point like `npm start` does. */
 export interface TollgateProcess {
   address: string;
+  /** The HTTP endpoints, e.g. `${httpUrl}/metrics`. */
+  httpUrl: string;
   client: RateLimitClient;
   child: ChildProcess;
   /** Everything it wrote to stderr, for failure messages. */
   stderr(): string;
+  /** Everything it wrote to stdout (its logs), when spawned with `captureStdout`; else ''. */
+  stdout(): string;
   stop(): Promise<number | null>;
+}
+
+export interface SpawnOptions {
+  /** Keep its standard output (the logs) for `stdout()`; by default it is discarded. */
+  captureStdout?: boolean;
 }
 
 export async function spawnTollgate(
   rules: string,
   env: Record<string, string>,
+  options: SpawnOptions = {},
 ): Promise<TollgateProcess> {
   const port = await freePort();
+  const httpPort = await freePort();
   const child = spawn(process.execPath, ['dist/main.js'], {
     env: {
       ...process.env,
@@ -25,14 +36,16 @@ export async function spawnTollgate(
       GRPC_HOST: '127.0.0.1',
       GRPC_PORT: String(port),
       HOST: '127.0.0.1',
-      PORT: String(await freePort()),
+      PORT: String(httpPort),
       LOG_LEVEL: 'warn',
       ...env,
     },
-    stdio: ['ignore', 'ignore', 'pipe'],
+    stdio: ['ignore', options.captureStdout ? 'pipe' : 'ignore', 'pipe'],
   });
   let stderr = '';
   child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  let stdout = '';
+  child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
   const address = `127.0.0.1:${port}`;
   await eventually(async () => (await healthStatus(address)) === 'SERVING', 15_000).catch(() => {
     throw new Error(`tollgate on ${address} did not become healthy: ${stderr}`);
@@ -40,9 +53,11 @@ export async function spawnTollgate(
   const client = createRateLimitClient(address);
   return {
     address,
+    httpUrl: `http://127.0.0.1:${httpPort}`,
     client,
     child,
     stderr: () => stderr,
+    stdout: () => stdout,
     stop: () =>
       new Promise((resolve) => {
         client.close();

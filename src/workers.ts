@@ -1,0 +1,326 @@
+/**
+ * The process around the service: WORKERS=1 runs it here; WORKERS>1 makes this process a
+ * node:cluster primary that serves nothing. The primary forks the workers, each a whole service.
+ * Their gRPC and HTTP listeners are one socket each, held by the primary, and it hands each new
+ * connection to the next worker. It replaces a worker that dies, with a backoff, and answers a
+ * worker's /metrics with every worker's counts summed. On SIGTERM it forwards the signal and exits
+ * once they have all drained. This is the only module that imports node:cluster.
+ */
+import cluster, { type Worker } from 'node:cluster';
+import { RulesError, SettingsError } from './errors.js';
+import { createLogger, type Logger } from './logger.js';
+import { createMetrics, createMetricsAggregator, type MetricsSnapshot } from './metrics.js';
+import { loadRules } from './rules/loadRules.js';
+import { createService } from './service.js';
+import { readSettings, type Settings } from './settings.js';
+
+/** A dead worker is replaced after 0.1 s; in a crash loop, 0.2 s, 0.4 s ... up to 30 s. */
+const FIRST_BACKOFF_MS = 100;
+const MAX_BACKOFF_MS = 30_000;
+/** A worker that served this long has broken the loop: its replacement starts at once again. */
+const STABLE_MS = 30_000;
+/** A worker that does not hand over its counts in time is summed with its previous ones. */
+const SNAPSHOT_TIMEOUT_MS = 2_000;
+/** How long a worker's /metrics waits for the primary's sum. */
+const EXPOSITION_TIMEOUT_MS = 5_000;
+/** Set by the primary on its workers, so that running under another cluster (PM2) is no worker. */
+const WORKER_MARK = 'TOLLGATE_CLUSTER_WORKER';
+
+type Exposition = { contentType: string; body: string };
+/** The messages on the cluster channel, all with a `tollgate:` type. */
+type Message =
+  | { type: 'tollgate:ready' }
+  | { type: 'tollgate:failed'; name: string; message: string }
+  | { type: 'tollgate:metrics'; id: number }
+  | { type: 'tollgate:snapshot'; id: number; snapshot: MetricsSnapshot }
+  | { type: 'tollgate:collect'; id: number }
+  | { type: 'tollgate:exposition'; id: number; exposition?: Exposition; error?: string };
+
+const isMessage = (value: unknown): value is Message =>
+  typeof value === 'object' &&
+  value !== null &&
+  String((value as { type?: unknown }).type).startsWith('tollgate:');
+
+/**
+ * Runs tollgate in this process, in whichever role it has, and resolves once it serves. A bad
+ * setting or rules file rejects with its SettingsError or RulesError; a start-up error that the
+ * workers meet instead (a port in use), the primary reports itself, once, and exits 1.
+ */
+export async function run(): Promise<void> {
+  if (cluster.isWorker && process.env[WORKER_MARK] === '1') return runWorker();
+  const settings = readSettings();
+  const logger = createLogger(settings);
+  if (settings.workers === 1) return runAlone(settings, logger);
+  if (!cluster.isPrimary) {
+    throw new SettingsError('WORKERS: more than 1 needs tollgate to be its own cluster primary');
+  }
+  return runPrimary(settings, logger);
+}
+
+async function runAlone(settings: Settings, logger: Logger): Promise<void> {
+  const service = createService({ settings, logger });
+  await service.start();
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(signal, () => {
+      logger.info({ signal }, 'draining');
+      void service.stop().then(() => process.exit(0));
+    });
+  }
+}
+
+interface Member {
+  worker: Worker;
+  slot: number;
+  /** When it said it was listening; 0 until then. */
+  readyAt: number;
+  /** Its start-up error, when it reported one. */
+  failure?: { name: string; message: string };
+  /** Its latest counts, kept so that a slow or dead worker still adds up. */
+  last?: MetricsSnapshot;
+  /** Snapshot requests waiting on it, by id. */
+  waiting: Map<number, (snapshot?: MetricsSnapshot) => void>;
+}
+
+function runPrimary(settings: Settings, logger: Logger): Promise<void> {
+  // Bad rules stop start-up here, once, instead of in every worker and every replacement.
+  loadRules(settings.configPath, {
+    defaultAlgorithm: settings.defaultAlgorithm,
+    mergeDomainConfig: settings.mergeDomainConfig,
+  });
+  // Structured clone, so metric values such as NaN cross the channel intact.
+  cluster.setupPrimary({ serialization: 'advanced' });
+
+  const members = new Map<number, Member>();
+  const streaks: number[] = Array.from({ length: settings.workers }, () => 0);
+  const respawns = new Set<NodeJS.Timeout>();
+  const aggregator = createMetricsAggregator();
+  let starting = true;
+  let stopping = false;
+  let exitCode = 0;
+  /** What stops start-up, as `tollgate: ` prints it; the first worker's only. */
+  let startupError: string | undefined;
+  let nextSnapshot = 0;
+  let started: (() => void) | undefined;
+
+  const send = (worker: Worker, message: Message): void => {
+    // With a callback, a closed channel is an argument rather than an 'error' event.
+    if (worker.isConnected()) worker.send(message, () => {});
+  };
+
+  function fork(slot: number): void {
+    const worker = cluster.fork({ [WORKER_MARK]: '1' });
+    const member: Member = { worker, slot, readyAt: 0, waiting: new Map() };
+    members.set(worker.id, member);
+    worker.on('message', (message: unknown) => isMessage(message) && onMessage(member, message));
+    worker.on('error', (error) =>
+      logger.warn({ err: error, worker: worker.id }, 'worker channel error'),
+    );
+    worker.once('exit', (code: number | null, signal: string | null) => {
+      // Its last messages (a start-up error) are read before the channel reports closing.
+      if (!worker.isConnected()) return onExit(member, code, signal);
+      const timer = setTimeout(() => onExit(member, code, signal), 1_000);
+      worker.once('disconnect', () => {
+        clearTimeout(timer);
+        onExit(member, code, signal);
+      });
+    });
+  }
+
+  function onMessage(member: Member, message: Message): void {
+    const { worker } = member;
+    if (message.type === 'tollgate:ready') {
+      member.readyAt = Date.now();
+      logger.info({ worker: worker.id, pid: worker.process.pid }, 'worker ready');
+      const ready = [...members.values()].filter((m) => m.readyAt > 0).length;
+      if (starting && ready === settings.workers) {
+        starting = false;
+        logger.info({ workers: settings.workers }, 'workers ready');
+        started?.();
+      }
+    } else if (message.type === 'tollgate:failed') {
+      member.failure = { name: message.name, message: message.message };
+      if (!starting) {
+        logger.error({ worker: worker.id, error: message.message }, 'worker failed to start');
+      }
+    } else if (message.type === 'tollgate:snapshot') {
+      member.waiting.get(message.id)?.(message.snapshot);
+    } else if (message.type === 'tollgate:metrics') {
+      void sumMetrics().then(
+        (exposition) => send(worker, { type: 'tollgate:exposition', id: message.id, exposition }),
+        (error: unknown) =>
+          send(worker, { type: 'tollgate:exposition', id: message.id, error: String(error) }),
+      );
+    }
+  }
+
+  /** Every worker's counts, fresh where it answers in time, plus those of workers gone. */
+  async function sumMetrics(): Promise<Exposition> {
+    const id = nextSnapshot++;
+    const asked = [...members.values()].filter((m) => m.readyAt > 0);
+    await Promise.all(
+      asked.map(
+        (member) =>
+          new Promise<void>((resolve) => {
+            const done = (snapshot?: MetricsSnapshot) => {
+              clearTimeout(timer);
+              member.waiting.delete(id);
+              if (snapshot) member.last = snapshot;
+              resolve();
+            };
+            const timer = setTimeout(done, SNAPSHOT_TIMEOUT_MS);
+            member.waiting.set(id, done);
+            send(member.worker, { type: 'tollgate:collect', id });
+          }),
+      ),
+    );
+    // In one step with the retired sum: a worker that exited meanwhile is counted once, there.
+    const live = [...members.values()].flatMap((m) => (m.last ? [m.last] : []));
+    return aggregator.exposition(live);
+  }
+
+  function onExit(member: Member, code: number | null, signal: string | null): void {
+    const { worker, slot } = member;
+    if (members.get(worker.id) !== member) return;
+    members.delete(worker.id);
+    for (const done of member.waiting.values()) done();
+    if (member.last) aggregator.retire(member.last);
+    const exit = { worker: worker.id, pid: worker.process.pid, code, signal };
+
+    if (stopping) {
+      // A worker not yet listening had nothing to drain.
+      if (member.readyAt > 0 && code !== 0) {
+        exitCode = 1;
+        logger.error(exit, 'worker did not drain');
+      }
+      if (members.size === 0) finish();
+      return;
+    }
+    if (starting && member.readyAt === 0) {
+      // The same error would meet every worker and every replacement: report it once, and stop.
+      const failure = member.failure;
+      const known = failure?.name === 'SettingsError' || failure?.name === 'RulesError';
+      startupError = known
+        ? failure.message
+        : `worker ${worker.id} failed to start: ${failure?.message ?? `exit ${code ?? signal}`}`;
+      stop();
+      return;
+    }
+    const lived = member.readyAt > 0 ? Date.now() - member.readyAt : 0;
+    const streak = lived >= STABLE_MS ? 0 : (streaks[slot] ?? 0) + 1;
+    streaks[slot] = streak;
+    const delay = Math.min(MAX_BACKOFF_MS, FIRST_BACKOFF_MS * 2 ** streak);
+    logger.error({ ...exit, replaceInMs: delay }, 'worker exited; replacing it');
+    const timer = setTimeout(() => {
+      respawns.delete(timer);
+      if (!stopping) fork(slot);
+    }, delay);
+    respawns.add(timer);
+  }
+
+  /** Forwards SIGTERM; each worker drains as a lone process does, and the last exit ends this one. */
+  function stop(): void {
+    stopping = true;
+    for (const timer of respawns) clearTimeout(timer);
+    respawns.clear();
+    if (members.size === 0) return finish();
+    for (const { worker } of members.values()) worker.process.kill('SIGTERM');
+    // A worker stuck past its grace is killed, and the exit code says so.
+    setTimeout(() => {
+      for (const { worker } of members.values()) worker.process.kill('SIGKILL');
+    }, settings.shutdownGraceMs + 5_000).unref();
+  }
+
+  /** Every worker has exited. */
+  function finish(): void {
+    if (startupError !== undefined) {
+      console.error(`tollgate: ${startupError}`);
+      process.exit(1);
+    }
+    logger.info({ exitCode }, 'workers stopped');
+    process.exit(exitCode);
+  }
+
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.on(signal, () => {
+      if (stopping) return;
+      logger.info({ signal, workers: members.size }, 'draining');
+      stop();
+      started?.();
+    });
+  }
+
+  return new Promise((resolve) => {
+    started = resolve;
+    for (let slot = 0; slot < settings.workers; slot++) fork(slot);
+  });
+}
+
+/** One worker: the service, with the cluster's /metrics, reporting to the primary. */
+async function runWorker(): Promise<void> {
+  const report = (message: Message, then?: () => void): void => {
+    if (process.send) process.send(message, undefined, {}, () => then?.());
+    else then?.();
+  };
+  try {
+    const settings = readSettings();
+    const logger = createLogger(settings).child({ worker: cluster.worker?.id });
+    const metrics = createMetrics({ maxDetailedSeries: settings.metrics.maxDetailedSeries });
+
+    let nextAsk = 0;
+    const asks = new Map<
+      number,
+      (reply: Extract<Message, { type: 'tollgate:exposition' }>) => void
+    >();
+    process.on('message', (message: unknown) => {
+      if (!isMessage(message)) return;
+      if (message.type === 'tollgate:collect') {
+        // Unanswered, the primary sums this worker's previous snapshot.
+        metrics.snapshot().then(
+          (snapshot) => report({ type: 'tollgate:snapshot', id: message.id, snapshot }),
+          () => {},
+        );
+      } else if (message.type === 'tollgate:exposition') {
+        asks.get(message.id)?.(message);
+      }
+    });
+    const metricsExposition = () =>
+      new Promise<Exposition>((resolve, reject) => {
+        const id = nextAsk++;
+        const timer = setTimeout(() => {
+          asks.delete(id);
+          reject(new Error(`the cluster primary did not sum the metrics within 5 s`));
+        }, EXPOSITION_TIMEOUT_MS);
+        asks.set(id, (reply) => {
+          clearTimeout(timer);
+          asks.delete(id);
+          if (reply.exposition) resolve(reply.exposition);
+          else reject(new Error(`the cluster primary could not sum the metrics: ${reply.error}`));
+        });
+        report({ type: 'tollgate:metrics', id });
+      });
+
+    const service = createService({ settings, logger, metrics, metricsExposition });
+    const started = service.start();
+    // Installed before listening, so that a SIGTERM during start-up still ends in a drain.
+    let draining = false;
+    for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+      process.on(signal, () => {
+        if (draining) return;
+        draining = true;
+        logger.info({ signal }, 'draining');
+        void started.then(
+          () => service.stop().then(() => process.exit(0)),
+          () => {},
+        );
+      });
+    }
+    await started;
+    report({ type: 'tollgate:ready' });
+  } catch (error) {
+    const known = error instanceof SettingsError || error instanceof RulesError;
+    const message = known ? error.message : String((error as Error).stack ?? error);
+    report({ type: 'tollgate:failed', name: known ? error.name : 'Error', message }, () =>
+      process.exit(1),
+    );
+  }
+}

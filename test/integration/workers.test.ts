@@ -1,0 +1,395 @@
+import { spawn } from 'node:child_process';
+import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
+import http from 'node:http';
+import { createServer, type Server } from 'node:net';
+import * as grpc from '@grpc/grpc-js';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createRateLimitClient, type RateLimitClient } from '../../src/grpc/protos.js';
+import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
+import { freePort, startRedis, type TestRedis } from '../support/redis.js';
+import { callCheck, d, eventually, writeRules } from '../support/tollgate.js';
+
+// WORKERS=2: the built entry point as a cluster primary with two workers on one Redis. Clients
+// connect one after another, so node:cluster hands their connections to the workers in turn;
+// /proc shows which worker holds which of them, so the tests know that both workers took calls.
+
+const LIMIT = 50;
+const RULES = `
+domain: workers
+descriptors:
+  - key: fixed
+    rate_limit: {unit: hour, requests_per_unit: ${LIMIT}, algorithm: fixed_window}
+  - key: sliding
+    rate_limit: {unit: hour, requests_per_unit: ${LIMIT}, algorithm: sliding_window}
+  - key: bucket
+    rate_limit: {unit: hour, requests_per_unit: ${LIMIT}, algorithm: token_bucket}
+  - key: counted
+    rate_limit: {unit: hour, requests_per_unit: 100000}
+`;
+
+let redis: TestRedis;
+/** Every tollgate started here: one that a failed test left running is killed at the end. */
+const started: TollgateProcess[] = [];
+beforeAll(async () => {
+  redis = await startRedis();
+});
+afterAll(async () => {
+  // Its workers exit with it: node:cluster ends a worker whose primary has gone.
+  for (const { child } of started) if (child.exitCode === null) child.kill('SIGKILL');
+  await redis?.stop();
+});
+
+interface LogLine {
+  msg?: string;
+  worker?: number;
+  pid?: number;
+}
+
+const logs = (tollgate: TollgateProcess): LogLine[] =>
+  tollgate
+    .stdout()
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line) as LogLine);
+
+/** The pids of the workers the primary has reported ready, in order. */
+const readyPids = (tollgate: TollgateProcess): number[] =>
+  logs(tollgate).flatMap((line) => (line.msg === 'worker ready' && line.pid ? [line.pid] : []));
+
+async function startWorkers(env: Record<string, string> = {}): Promise<TollgateProcess> {
+  const tollgate = await spawnTollgate(
+    RULES,
+    { WORKERS: '2', REDIS_URL: redis.url, REDIS_TIMEOUT: '5s', LOG_LEVEL: 'info', ...env },
+    { captureStdout: true },
+  );
+  started.push(tollgate);
+  await eventually(
+    async () => logs(tollgate).some((line) => line.msg === 'workers ready'),
+    30_000,
+  ).catch(() => {
+    throw new Error(`the workers did not start: ${tollgate.stdout()} ${tollgate.stderr()}`);
+  });
+  return tollgate;
+}
+
+/**
+ * Clients with a connection each, opened one after another so that the workers take turns, and
+ * the local ports of those connections.
+ */
+async function connect(address: string, count: number) {
+  const clients: RateLimitClient[] = [];
+  const ports = new Set<number>();
+  for (let i = 0; i < count; i++) {
+    const client = createRateLimitClient(address, undefined, {
+      'grpc.use_local_subchannel_pool': 1,
+    });
+    await new Promise<void>((resolve, reject) =>
+      client.waitForReady(Date.now() + 15_000, (error) => (error ? reject(error) : resolve())),
+    );
+    clients.push(client);
+    for (const port of await localPorts(client)) ports.add(port);
+  }
+  return { clients, ports };
+}
+
+/**
+ * A client's connections, by local port, from grpc-js's channelz. Other connections of this
+ * process cannot be mistaken for them (grpc-js retries the health probes' refused connections
+ * in the background, long after the probe).
+ */
+async function localPorts(client: RateLimitClient): Promise<number[]> {
+  type Ref = { subchannel_id?: string; socket_id?: string };
+  const ask = <Reply>(handler: unknown, request: object) =>
+    new Promise<Reply>((resolve, reject) =>
+      (handler as (call: object, done: (error: Error | null, reply: Reply) => void) => void)(
+        { request },
+        (error, reply) => (error ? reject(error) : resolve(reply)),
+      ),
+    );
+  const handlers = grpc.getChannelzHandlers();
+  const { channel } = await ask<{ channel: { subchannel_ref: Ref[] } }>(handlers.GetChannel, {
+    channel_id: client.getChannel().getChannelzRef().id,
+  });
+  const ports: number[] = [];
+  for (const { subchannel_id } of channel.subchannel_ref) {
+    const { subchannel } = await ask<{ subchannel: { socket_ref: Ref[] } }>(
+      handlers.GetSubchannel,
+      { subchannel_id },
+    );
+    for (const { socket_id } of subchannel.socket_ref) {
+      const { socket } = await ask<{ socket: { local: { tcpip_address: { port: number } } } }>(
+        handlers.GetSocket,
+        { socket_id },
+      );
+      ports.push(socket.local.tcpip_address.port);
+    }
+  }
+  return ports;
+}
+
+/** `count` checks of one descriptor, dealt over the clients in turn, all at once. */
+function spread(clients: RateLimitClient[], count: number, key: string, value: string) {
+  return Promise.all(
+    Array.from({ length: count }, (_, i) =>
+      callCheck(
+        clients[i % clients.length]!,
+        { domain: 'workers', descriptors: [d(key, value)] },
+        30_000,
+      ),
+    ),
+  );
+}
+
+// Linux's view of the connections: which process holds which socket.
+
+interface Connection {
+  inode: string;
+  localPort: number;
+  remotePort: number;
+}
+
+/** Established TCP connections over IPv4 loopback, from /proc/net/tcp. */
+function established(): Connection[] {
+  return readFileSync('/proc/net/tcp', 'utf8')
+    .split('\n')
+    .slice(1)
+    .flatMap((line) => {
+      // sl local_address rem_address st ... inode; addresses are HEXIP:HEXPORT; 01 is ESTABLISHED.
+      const field = line.trim().split(/\s+/);
+      const port = (address?: string) => parseInt(address?.split(':')[1] ?? '', 16);
+      if (field[3] !== '01' || !field[9]) return [];
+      return [{ inode: field[9], localPort: port(field[1]), remotePort: port(field[2]) }];
+    });
+}
+
+function socketsOf(pid: number): Set<string> {
+  const inodes = new Set<string>();
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    try {
+      const inode = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`))?.[1];
+      if (inode) inodes.add(inode);
+    } catch {
+      // closed meanwhile
+    }
+  }
+  return inodes;
+}
+
+/** How many of the connections from `clientPorts` to `port` each process holds. */
+function connectionsHeld(pids: number[], port: number, clientPorts: Set<number>): number[] {
+  const ours = established().filter((c) => c.localPort === port && clientPorts.has(c.remotePort));
+  return pids.map((pid) => {
+    const sockets = socketsOf(pid);
+    return ours.filter((c) => sockets.has(c.inode)).length;
+  });
+}
+
+const grpcPort = (tollgate: TollgateProcess) => Number(tollgate.address.split(':')[1]);
+
+/** GET on a new connection each time, so that successive scrapes go to either worker. */
+function scrape(url: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    http
+      .get(`${url}/metrics`, { agent: false }, (response) => {
+        let body = '';
+        response.setEncoding('utf8');
+        response.on('data', (chunk: string) => (body += chunk));
+        response.on('end', () =>
+          response.statusCode === 200
+            ? resolve(body)
+            : reject(new Error(`${response.statusCode}: ${body}`)),
+        );
+      })
+      .on('error', reject);
+  });
+}
+
+const totalHits = (exposition: string, key: string): number | undefined => {
+  const series = `ratelimit_service_rate_limit_total_hits{domain="workers",key1="${key}",key2=""} `;
+  const line = exposition.split('\n').find((l) => l.startsWith(series));
+  return line === undefined ? undefined : Number(line.slice(series.length));
+};
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe('WORKERS=2 on one Redis', () => {
+  let tollgate: TollgateProcess;
+  let clients: RateLimitClient[] = [];
+  let ports: Set<number>;
+  beforeAll(async () => {
+    tollgate = await startWorkers();
+    ({ clients, ports } = await connect(tollgate.address, 6));
+  }, 60_000);
+  afterAll(async () => {
+    for (const client of clients) client.close();
+    expect(await tollgate?.stop()).toBe(0);
+  }, 30_000);
+
+  it('spreads connections over both workers', () => {
+    const held = connectionsHeld(readyPids(tollgate), grpcPort(tollgate), ports);
+    expect(held).toHaveLength(2);
+    expect(held.every((n) => n >= 1)).toBe(true);
+    expect(held[0]! + held[1]!).toBe(6);
+  });
+
+  it.each(['fixed', 'sliding', 'bucket'])(
+    '%s: allows exactly the limit of 600 concurrent requests',
+    async (key) => {
+      const responses = await spread(clients, 600, key, 'hot');
+      const allowed = responses.filter((response) => response.overall_code === 'OK').length;
+      const denied = responses.filter((r) => r.overall_code === 'OVER_LIMIT').length;
+      expect({ allowed, denied }).toEqual({ allowed: LIMIT, denied: 600 - LIMIT });
+    },
+    60_000,
+  );
+
+  it('/metrics sums both workers, whichever answers', async () => {
+    // 20 calls on each of 6 connections: a worker holding k of them served 20k, fewer than 120.
+    const responses = await spread(clients, 120, 'counted', 'x');
+    expect(responses.every((response) => response.overall_code === 'OK')).toBe(true);
+    const served = connectionsHeld(readyPids(tollgate), grpcPort(tollgate), ports).map(
+      (held) => held * 20,
+    );
+    expect(served.every((n) => n > 0 && n < 120)).toBe(true);
+
+    // Scrapes on new connections go to either worker in turn; each sees the whole sum.
+    const sums = [];
+    for (let i = 0; i < 4; i++) sums.push(totalHits(await scrape(tollgate.httpUrl), 'counted'));
+    expect(sums).toEqual([120, 120, 120, 120]);
+    // One exposition, not one per worker.
+    const exposition = await scrape(tollgate.httpUrl);
+    expect(exposition.match(/^# HELP ratelimit_service_rate_limit_total_hits /gm)).toHaveLength(1);
+  });
+});
+
+describe('SIGTERM to the primary during load', () => {
+  it('drains the calls in flight on both workers, then exits 0', async () => {
+    const tollgate = await startWorkers({ SHUTDOWN_GRACE: '10s' });
+    const { clients, ports } = await connect(tollgate.address, 4);
+    // Warm every connection and the script cache, so the calls below only wait on the stall.
+    await spread(clients, 8, 'counted', 'warm');
+    const held = connectionsHeld(readyPids(tollgate), grpcPort(tollgate), ports);
+    expect(held.every((n) => n >= 1) && held[0]! + held[1]! === 4).toBe(true);
+
+    const staller = new Redis({ host: redis.host, port: redis.port });
+    const stall = staller.call('DEBUG', 'SLEEP', '1');
+    await sleep(50);
+    const calls = spread(clients, 40, 'counted', 'drain');
+    await sleep(200); // the calls reach the workers
+    const exit = new Promise<number | null>((resolve) => tollgate.child.once('exit', resolve));
+    tollgate.child.kill('SIGTERM');
+
+    const answers = await calls;
+    await stall;
+    staller.disconnect();
+    expect(answers.map((answer) => answer.overall_code)).toEqual(answers.map(() => 'OK'));
+    expect(await exit).toBe(0);
+    const drained = logs(tollgate).filter((line) => line.msg === 'draining' && line.worker);
+    expect(drained.map((line) => line.worker).sort()).toEqual([1, 2]);
+    for (const client of clients) client.close();
+  }, 60_000);
+});
+
+describe('a worker killed with SIGKILL', () => {
+  it('is replaced, the service keeps answering, and no count is lost', async () => {
+    const tollgate = await startWorkers();
+    const port = grpcPort(tollgate);
+    const first = await connect(tollgate.address, 4);
+    const [victim, survivor] = readyPids(tollgate) as [number, number];
+    expect(connectionsHeld([victim], port, first.ports)[0]).toBeGreaterThanOrEqual(1);
+    const ok = (responses: { overall_code?: string }[]) =>
+      responses.every((response) => response.overall_code === 'OK');
+    expect(ok(await spread(first.clients, 40, 'counted', 'k'))).toBe(true);
+    // Scraped before the kill: the dead worker's counts stay in the sum afterwards.
+    expect(totalHits(await scrape(tollgate.httpUrl), 'counted')).toBe(40);
+
+    process.kill(victim, 'SIGKILL');
+    await eventually(
+      async () =>
+        logs(tollgate).some((l) => l.msg === 'worker exited; replacing it' && l.pid === victim),
+      15_000,
+    );
+    // The survivor answers at once: on the old clients, which reconnect, and on new ones.
+    const meanwhile = await connect(tollgate.address, 2);
+    expect(ok(await spread([...first.clients, ...meanwhile.clients], 30, 'counted', 'k'))).toBe(
+      true,
+    );
+
+    await eventually(async () => readyPids(tollgate).length === 3, 30_000);
+    const replacement = readyPids(tollgate)[2]!;
+    expect([victim, survivor]).not.toContain(replacement);
+    // The replacement takes its turn at new connections, and serves them.
+    const last = await connect(tollgate.address, 4);
+    expect(connectionsHeld([replacement], port, last.ports)[0]).toBeGreaterThanOrEqual(1);
+    expect(ok(await spread(last.clients, 20, 'counted', 'k'))).toBe(true);
+
+    for (let i = 0; i < 3; i++) {
+      expect(totalHits(await scrape(tollgate.httpUrl), 'counted')).toBe(40 + 30 + 20);
+    }
+    for (const client of [...first.clients, ...meanwhile.clients, ...last.clients]) client.close();
+    expect(await tollgate.stop()).toBe(0);
+  }, 90_000);
+});
+
+describe('a start-up error with WORKERS=2', () => {
+  /** Runs the entry point to its exit, without waiting for it to serve. */
+  async function runToExit(env: Record<string, string>) {
+    const child = spawn(process.execPath, ['dist/main.js'], {
+      env: {
+        ...process.env,
+        CONFIG_PATH: writeRules(RULES),
+        GRPC_HOST: '127.0.0.1',
+        GRPC_PORT: String(await freePort()),
+        HOST: '127.0.0.1',
+        PORT: String(await freePort()),
+        WORKERS: '2',
+        REDIS_URL: redis.url,
+        LOG_LEVEL: 'info',
+        ...env,
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const hung = setTimeout(() => child.kill('SIGKILL'), 30_000);
+    const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
+    clearTimeout(hung);
+    return { code, stdout, stderr };
+  }
+
+  it('is a bad setting, reported once by the primary', async () => {
+    const { code, stdout, stderr } = await runToExit({ REDIS_URL: '' });
+    expect(code).toBe(1);
+    expect(stderr).toBe(
+      'tollgate: WORKERS: more than 1 needs REDIS_URL, since workers share no memory\n',
+    );
+    expect(stdout).toBe('');
+  });
+
+  it('is bad rules, reported once, before any worker starts', async () => {
+    const bad =
+      'domain: w\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n';
+    const { code, stdout, stderr } = await runToExit({ CONFIG_PATH: writeRules(bad) });
+    expect(code).toBe(1);
+    expect(stderr).toMatch(/^tollgate: .*rules\.yaml: .*'fortnight'[^\n]*\n$/);
+    expect(stdout).toBe('');
+  });
+
+  it('in the workers (a port in use) ends the primary once, with no respawn loop', async () => {
+    const port = await freePort();
+    const squatter: Server = createServer();
+    await new Promise<void>((resolve) => squatter.listen(port, '127.0.0.1', resolve));
+    try {
+      const { code, stdout, stderr } = await runToExit({ PORT: String(port) });
+      expect(code).toBe(1);
+      expect(stderr.match(/failed to start/g)).toHaveLength(1);
+      expect(stderr).toContain('EADDRINUSE');
+      expect(stdout).not.toContain('replacing it');
+    } finally {
+      squatter.close();
+    }
+  }, 60_000);
+});
