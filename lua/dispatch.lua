@@ -1,6 +1,8 @@
 --[[
-dispatch.lua: decides every counter of one request, all or nothing.
+dispatch.lua: decides every counter of one request, all or nothing; or, in refund mode, gives
+back what an earlier call of a multi-slot request consumed.
 
+Decide mode
 KEYS[i]  the counter keys, one per distinct counter, all hash-tagged by tenant
 ARGV[1]  now in ms, or '' to read Redis TIME (CLOCK=redis)
 ARGV[2 + 6(i-1) ..]  per key i: algorithm (1 fixed_window, 2 sliding_window, 3 token_bucket),
@@ -8,19 +10,43 @@ ARGV[2 + 6(i-1) ..]  per key i: algorithm (1 fixed_window, 2 sliding_window, 3 t
            1 shadow    outside the gate: consumed when it fits, never blocks the others
            2 quota     blocks only when every quota counter of the request is over
            4 overdraw  consumed even when over, saturating at the limit
+           8 part      the request spans several Redis Cluster slots and this call holds only some
+                       of its counters: a quota counter does not gate here (the caller combines
+                       the quota verdicts of every call), and the reply says what the counter
+                       would report had it not been consumed, for when the caller refunds it
 
-The request is allowed when every enforced counter (neither shadow nor quota) fits, and, if there
-are quota counters, at least one of them fits. Then the enforced counters and the quota counters
-that fit are consumed; otherwise none of them is.
+The call is allowed when every enforced counter (neither shadow nor quota) fits, and, if there
+are quota counters that gate here, at least one of them fits. Then the enforced counters and the
+quota counters that fit are consumed; otherwise none of them is.
 
-Reply, integers: { allowed, fits_1, remaining_1, reset_ms_1, fits_2, ... }
-  allowed    1 when the request is allowed as above, 0 when it is denied
+Reply, integers: { allowed, fits_1, remaining_1, reset_ms_1, [kept_1, kept_reset_ms_1,]
+                   fits_2, ..., now }
+  allowed    1 when the call is allowed as above, 0 when it is denied
   fits_i     1 when counter i fit its cost, 0 otherwise
   reset_ms_i milliseconds until it resets; -1 when the cost exceeds the limit and never fits
+  kept_i, kept_reset_ms_i   only for part counters: remaining and reset_ms as if not consumed
+  now        the time the call decided at (ms), which a refund names
+
+Refund mode: ARGV[1] = 'refund', ARGV[2] = the decide call's now, then per key i: algorithm,
+W, L, B and the cost that call consumed. Each algorithm undoes the consumption as far as it still
+can without ever giving back more than it took (see its refund). Reply: { refunded_1, ... }, 1 when
+counter i got something back, 0 when there was nothing left to give back.
 
 Every written key gets a TTL in this same script. With CLOCK=local, the TTL carries one second
 of slack, because Redis expires keys by its own clock, which may run ahead of the service's.
+A refund keeps the key's TTL: less consumed never needs longer.
 --]]
+
+if ARGV[1] == 'refund' then
+  local at, refunded = tonumber(ARGV[2]), {}
+  for i = 1, #KEYS do
+    local a = 3 + 5 * (i - 1)
+    local algorithm = ALGORITHMS[tonumber(ARGV[a])]
+    refunded[i] = algorithm.refund(KEYS[i], at, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]),
+      tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])) and 1 or 0
+  end
+  return refunded
+end
 
 local now, slack = tonumber(ARGV[1]), 1000
 if not now then
@@ -28,7 +54,7 @@ if not now then
   now, slack = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), 0
 end
 
-local SHADOW, QUOTA, OVERDRAW = 1, 2, 4
+local SHADOW, QUOTA, OVERDRAW, PART = 1, 2, 4, 8
 local function has(flags, flag)
   return flags % (2 * flag) >= flag
 end
@@ -45,8 +71,10 @@ for i = 1, #KEYS do
   if has(flags, SHADOW) then
     -- outside the gate
   elseif has(flags, QUOTA) then
-    quotas = quotas + 1
-    if fits then quota_fits = true end
+    if not has(flags, PART) then
+      quotas = quotas + 1
+      if fits then quota_fits = true end
+    end
   elseif not fits then
     enforced = false
   end
@@ -65,10 +93,21 @@ for i = 1, #KEYS do
     commit = allowed and fits and true or false
   end
   if has(flags, OVERDRAW) then commit = true end
-  local remaining, reset = algorithm.settle(KEYS[i], states[i], tonumber(ARGV[a + 2]),
-    tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), fits, commit, slack)
+  local limit, burst, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  local kept, kept_reset
+  -- Settling without committing writes nothing: it is what a denied request reports.
+  if has(flags, PART) then
+    kept, kept_reset = algorithm.settle(KEYS[i], states[i], limit, burst, cost, fits, false, slack)
+  end
+  local remaining, reset = algorithm.settle(KEYS[i], states[i], limit, burst, cost, fits, commit,
+    slack)
   reply[#reply + 1] = verdicts[i] and 1 or 0
   reply[#reply + 1] = remaining
   reply[#reply + 1] = reset
+  if kept then
+    reply[#reply + 1] = kept
+    reply[#reply + 1] = kept_reset
+  end
 end
+reply[#reply + 1] = now
 return reply

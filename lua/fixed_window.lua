@@ -13,6 +13,12 @@ committed although it does not fit) uses up what is left instead of recording no
 
 Reset: W - e, whether allowed or denied (e = time elapsed in the window); -1 when the cost
 exceeds the limit and never fits.
+
+  refund(key, at, W, L, B, cost)    -> true when it gave the cost back to window floor(at / W)
+
+Refund: the cost comes off c while the window it was consumed in is still the current one. Once
+the window has rolled over, that count no longer decides anything and nothing is given back. A
+key older than `at` (expired, or its write lost in a failover) no longer holds the consumption.
 --]]
 
 ALGORITHMS[1] = {
@@ -40,5 +46,13 @@ ALGORITHMS[1] = {
     end
     if fits == nil then return math.max(0, limit - s.c), -1 end
     return math.max(0, limit - s.c), rest
+  end,
+
+  refund = function(key, at, window, _, _, cost)
+    local v = redis.call('HMGET', key, 't', 'w', 'c')
+    local t = tonumber(v[1])
+    if not t or t < at or tonumber(v[2]) ~= math.floor(at / window) then return false end
+    redis.call('HSET', key, 'c', int(math.max(0, tonumber(v[3]) - cost)))
+    return true
   end,
 }

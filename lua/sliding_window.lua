@@ -18,6 +18,13 @@ Reset, in whole milliseconds rounded up (X = L - c - need):
   allowed: 2W - e while the current window counts anything, else W - e
   denied, c + need <= L: W - floor(X*W/p) - e           (p's weight falls enough in this window)
   denied, c + need >  L: (W - e) + W - floor((L-need)*W/c)   (c, as next window's p, must fall)
+
+  refund(key, at, W, L, B, cost)    -> true when it gave the cost back
+
+Refund: the cost was consumed in window floor(at / W). While that is still the current window, it
+comes off c; once the next window has begun, the count it landed in is p, and it comes off p, so
+its remaining weight is given back too. Two windows on, it weighs nothing and nothing is given
+back. A key older than `at` (expired, or its write lost in a failover) no longer holds it.
 --]]
 
 ALGORITHMS[2] = {
@@ -67,5 +74,20 @@ ALGORITHMS[2] = {
       reset = (W - e) + math.max(0, W - mul_div(limit - need, W, s.c))
     end
     return remaining, reset
+  end,
+
+  refund = function(key, at, window, _, _, cost)
+    local v = redis.call('HMGET', key, 't', 'w', 'c', 'p')
+    local t, w = tonumber(v[1]), tonumber(v[2])
+    if not t or t < at then return false end
+    local index = math.floor(at / window)
+    if w == index then
+      redis.call('HSET', key, 'c', int(math.max(0, tonumber(v[3]) - cost)))
+    elseif w == index + 1 then
+      redis.call('HSET', key, 'p', int(math.max(0, tonumber(v[4]) - cost)))
+    else
+      return false
+    end
+    return true
   end,
 }

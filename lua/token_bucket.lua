@@ -19,6 +19,15 @@ an overdraw empties the bucket instead of recording nothing.
 
 Reset: allowed, the time until the bucket is full, ceil((B*s - k)/r); denied, the time until
 need tokens are there, ceil((need*s - k)/r).
+
+  refund(key, at, W, L, B, cost)    -> true when it gave tokens back
+
+Refund: the cost goes back into the bucket, capped at B. Had the tokens not been taken, the
+refills written since `at` might have met the cap and been lost; those refills, (t - at)*r, are
+kept back, so a refund never leaves more tokens than there would have been. When nothing was
+written since the consumption (t = at), the whole cost goes back. The time t stays as it is. A
+key older than `at` (expired: the bucket is full; or its write lost in a failover), or one
+written with another scale (the limit changed), gets nothing.
 --]]
 
 ALGORITHMS[3] = {
@@ -65,5 +74,18 @@ ALGORITHMS[3] = {
       reset = ceil_div(math.max(cost, 1) * st.scale - st.tokens, st.refill)
     end
     return math.floor(st.tokens / st.scale), reset
+  end,
+
+  refund = function(key, at, window, limit, burst, cost)
+    local v = redis.call('HMGET', key, 't', 'k', 's')
+    local t, k = tonumber(v[1]), tonumber(v[2])
+    if not t or t < at then return false end
+    local g = gcd(limit, window)
+    local scale, refill = window / g, limit / g
+    if tonumber(v[3]) ~= scale then return false end
+    local back = cost * scale - (t - at) * refill
+    if back <= 0 then return false end
+    redis.call('HSET', key, 'k', int(math.min(burst * scale, k + back)))
+    return true
   end,
 }

@@ -4,8 +4,8 @@ import { createSecureContext, type ConnectionOptions } from 'node:tls';
 import { Redis } from 'ioredis';
 import { SettingsError, StoreError } from '../errors.js';
 import type { RedisSettings, RedisTls } from '../settings.js';
-import type { CounterCheck, CounterResult, Store, StoreDecision } from './Store.js';
-import { ALGORITHM_CODES, loadDecisionScript } from './script.js';
+import type { Store, StoreDecision } from './Store.js';
+import { decideArgs, loadDecisionScript, readDecision, type ScriptArgs } from './script.js';
 
 /**
  * The Redis store: one EVALSHA of the decision script per request (see lua/dispatch.lua).
@@ -20,7 +20,7 @@ export interface RedisStoreOptions {
   onError?: (error: StoreError) => void;
 }
 
-type DecideCommand = (...args: (string | number)[]) => Promise<number[]>;
+type DecideCommand = (...args: ScriptArgs) => Promise<unknown>;
 
 export function createRedisStore(settings: RedisSettings, options: RedisStoreOptions = {}): Store {
   const redis = new Redis({
@@ -49,38 +49,16 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
   const decide = (redis as unknown as { tollgateDecide: DecideCommand }).tollgateDecide.bind(redis);
 
   return {
-    async decide(
-      checks: readonly CounterCheck[],
-      nowMs: number | undefined,
-    ): Promise<StoreDecision> {
-      const args: (string | number)[] = [checks.length];
-      for (const check of checks) args.push(check.key);
-      args.push(nowMs === undefined ? '' : nowMs);
-      for (const check of checks) {
-        args.push(
-          ALGORITHM_CODES[check.algorithm],
-          check.windowMs,
-          check.limit,
-          check.burst,
-          check.cost,
-          (check.shadow ? 1 : 0) + (check.quota ? 2 : 0) + (check.overdraw ? 4 : 0),
-        );
-      }
-      let reply: number[];
+    async decide(checks, nowMs): Promise<StoreDecision> {
       try {
-        reply = await decide(...args);
+        const { allowed, results } = readDecision(
+          await decide(...decideArgs(checks, nowMs)),
+          checks.length,
+        );
+        return { allowed, results };
       } catch (error) {
         throw classify(error);
       }
-      const results: CounterResult[] = [];
-      for (let i = 1; i < reply.length; i += 3) {
-        results.push({
-          fits: reply[i] === 1,
-          remaining: reply[i + 1] as number,
-          resetMs: reply[i + 2] as number,
-        });
-      }
-      return { allowed: reply[0] === 1, results };
     },
 
     async reset(keys: readonly string[]) {
@@ -155,6 +133,7 @@ function ready(redis: Redis, timeoutMs: number): Promise<void> {
 }
 
 function classify(error: unknown): StoreError {
+  if (error instanceof StoreError) return error;
   const message = error instanceof Error ? error.message : String(error);
   const kind = /timed out/i.test(message)
     ? 'timeout'

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import type { CounterCheck, CounterResult, StoreDecision } from './Store.js';
 
 /** The order matters: helpers, then the algorithms that register themselves, then the dispatcher. */
 const PARTS = [
@@ -17,3 +18,98 @@ export function loadDecisionScript(): string {
 }
 
 export const ALGORITHM_CODES = { fixed_window: 1, sliding_window: 2, token_bucket: 3 } as const;
+
+/** The flags of lua/dispatch.lua. */
+const SHADOW = 1;
+const QUOTA = 2;
+const OVERDRAW = 4;
+const PART = 8;
+
+/** The script's arguments: numkeys, KEYS, then ARGV (see lua/dispatch.lua). */
+export type ScriptArgs = (string | number)[];
+
+/**
+ * A decide call. `part`: the call holds only some of a request's counters (a request spanning
+ * several cluster slots), so quota counters do not gate it and the reply tells what each counter
+ * reports when it is refunded.
+ */
+export function decideArgs(
+  checks: readonly CounterCheck[],
+  nowMs: number | undefined,
+  part = false,
+): ScriptArgs {
+  const args: ScriptArgs = [checks.length];
+  for (const check of checks) args.push(check.key);
+  args.push(nowMs === undefined ? '' : nowMs);
+  for (const check of checks) {
+    args.push(
+      ALGORITHM_CODES[check.algorithm],
+      check.windowMs,
+      check.limit,
+      check.burst,
+      check.cost,
+      (check.shadow ? SHADOW : 0) +
+        (check.quota ? QUOTA : 0) +
+        (check.overdraw ? OVERDRAW : 0) +
+        (part ? PART : 0),
+    );
+  }
+  return args;
+}
+
+export interface CallDecision extends StoreDecision {
+  /** Part calls only: per counter, what it reports when nothing of it stays consumed. */
+  kept: CounterResult[] | undefined;
+  /** The moment the call decided at, in ms; a refund names it. */
+  atMs: number;
+}
+
+export function readDecision(reply: unknown, count: number, part = false): CallDecision {
+  const width = part ? 5 : 3;
+  if (!Array.isArray(reply) || reply.length !== 2 + width * count) {
+    throw new Error(`ERR unexpected reply from the decision script: ${JSON.stringify(reply)}`);
+  }
+  const numbers = reply as number[];
+  const results: CounterResult[] = [];
+  const kept: CounterResult[] = [];
+  for (let i = 1; i < numbers.length - 1; i += width) {
+    const fits = numbers[i] === 1;
+    results.push({ fits, remaining: numbers[i + 1] as number, resetMs: numbers[i + 2] as number });
+    if (part) {
+      kept.push({ fits, remaining: numbers[i + 3] as number, resetMs: numbers[i + 4] as number });
+    }
+  }
+  return {
+    allowed: numbers[0] === 1,
+    results,
+    kept: part ? kept : undefined,
+    atMs: numbers[numbers.length - 1] as number,
+  };
+}
+
+/** A refund call: gives back each counter's cost, consumed by a decide call at `atMs`. */
+export function refundArgs(checks: readonly CounterCheck[], atMs: number): ScriptArgs {
+  const args: ScriptArgs = [checks.length];
+  for (const check of checks) args.push(check.key);
+  args.push('refund', atMs);
+  for (const check of checks) {
+    args.push(
+      ALGORITHM_CODES[check.algorithm],
+      check.windowMs,
+      check.limit,
+      check.burst,
+      check.cost,
+    );
+  }
+  return args;
+}
+
+/**
+ * Whether a part call that was allowed consumed this counter in a way a refund undoes: shadow
+ * counters stay outside the gate and overdraw counters always consume, so neither is refunded;
+ * a quota counter was consumed only when it fit; a cost of 0 consumed nothing.
+ */
+export function refundable(check: CounterCheck, result: CounterResult): boolean {
+  if (check.shadow || check.overdraw || check.cost === 0) return false;
+  return !check.quota || result.fits;
+}
