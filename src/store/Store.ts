@@ -15,6 +15,17 @@ import type { Algorithm } from '../rules/types.js';
  * - Every counter it writes expires once it no longer affects any decision.
  * - Given the same counters, costs and clock, every store returns the same results.
  * - Failures reject with `StoreError`; they never resolve to a decision.
+ *
+ * On Redis Cluster, a request whose counters share a slot (one tenant) keeps all of these. A
+ * request that spans slots is one call per slot, in parallel, each atomic on its own slot:
+ * - No limit is exceeded: the request is allowed only when every slot allowed its counters.
+ * - What a denied request consumed on the other slots is refunded by a second call, which the
+ *   decision does not wait for. Until it lands a later decision still sees those counts, and a
+ *   refund after the window rolled over gives back less or nothing: it may under-admit, never
+ *   over-admit.
+ * - One round trip: the calls run at once. Only a denial adds the refund's.
+ * - Its results are the ones a single Redis would give in the same sequence of decisions.
+ * - A slot that fails fails the whole request.
  */
 export interface Store {
   decide(counters: readonly CounterCheck[], nowMs: number | undefined): Promise<StoreDecision>;
