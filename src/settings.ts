@@ -72,15 +72,31 @@ export interface GrpcServerSettings {
 export type FailureMode = 'error' | 'deny' | 'allow';
 export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
 
+/**
+ * How tollgate reaches Redis: `REDIS_TYPE` with its `REDIS_URL`. One shape for every type, so
+ * that a single server is still written as `{ type: 'single', host, port, ... }`.
+ */
 export interface RedisSettings {
-  type: 'single';
+  type: 'single' | 'sentinel' | 'cluster';
+  /** `single`: the server. `sentinel` and `cluster`: the first of `nodes`. */
   host: string;
   port: number;
+  /** `sentinel`: the sentinels. `cluster`: the nodes to learn the slot map from; any will do. */
+  nodes?: RedisNode[];
+  /** `sentinel`: the name the sentinels know the master by. */
+  masterName?: string;
+  /** Credentials and TLS of the data nodes (for `sentinel`, TLS also reaches the sentinels). */
   username: string | undefined;
   password: string | undefined;
+  /** Always 0 on a cluster. */
   db: number;
   tls: RedisTls | undefined;
   timeoutMs: number;
+}
+
+export interface RedisNode {
+  host: string;
+  port: number;
 }
 
 export interface RedisTls {
@@ -198,36 +214,173 @@ function readRedis(env: Env): RedisSettings | undefined {
   };
   const url = env.REDIS_URL;
   if (!url) return undefined;
-  if (type !== 'single') throw new SettingsError(`REDIS_TYPE: '${type}' is not supported yet`);
-
   const [authUser, authPassword] = splitAuth(env.REDIS_AUTH);
-  const withScheme = /^[a-z+]+:\/\//i.test(url) ? url : `redis://${url}`;
+  const common = (given: Credentials) => ({
+    username: given.username ?? authUser,
+    password: given.password ?? authPassword,
+    tls: given.tls || tlsDefault ? tls : undefined,
+    timeoutMs,
+  });
+
+  if (type === 'sentinel') {
+    const { masterName, sentinels, credentials } = parseSentinelUrl(url);
+    const first = sentinels[0] as RedisNode;
+    return { type, ...first, nodes: sentinels, masterName, db: 0, ...common(credentials) };
+  }
+  if (type === 'cluster') {
+    const nodes = url.split(',').map((element) => parseNodeUrl(element.trim(), url, 'cluster'));
+    const first = nodes[0] as ParsedNode;
+    for (const node of nodes) {
+      if (node.db !== 0) {
+        throw new SettingsError(
+          `REDIS_URL: Redis Cluster has only database 0, not ${node.db} ('${url}')`,
+        );
+      }
+      if (node.tls !== first.tls) {
+        throw new SettingsError(`REDIS_URL: mixes redis:// and rediss:// nodes ('${url}')`);
+      }
+      if (
+        (node.username ?? first.username) !== first.username ||
+        (node.password ?? first.password) !== first.password
+      ) {
+        throw new SettingsError('REDIS_URL: the nodes give different credentials');
+      }
+    }
+    const credentials = nodes.find((node) => node.password !== undefined) ?? first;
+    return {
+      type,
+      host: first.host,
+      port: first.port,
+      nodes: nodes.map(({ host, port }) => ({ host, port })),
+      db: 0,
+      ...common({ ...credentials, tls: first.tls }),
+    };
+  }
+  if (url.includes(',')) {
+    throw new SettingsError(`REDIS_URL: a list of nodes needs REDIS_TYPE=cluster ('${url}')`);
+  }
+  const node = parseNodeUrl(url, url, 'single');
+  return { type, host: node.host, port: node.port, db: node.db, ...common(node) };
+}
+
+/** What a URL says of credentials and TLS; REDIS_AUTH and REDIS_TLS fill in the rest. */
+interface Credentials {
+  username: string | undefined;
+  password: string | undefined;
+  tls: boolean;
+}
+
+interface ParsedNode extends Credentials {
+  host: string;
+  port: number;
+  db: number;
+}
+
+/** One node: `redis://[user:pass@]host:port[/db]`, `rediss://` for TLS, or a bare `host:port`. */
+function parseNodeUrl(text: string, url: string, type: 'single' | 'cluster'): ParsedNode {
+  const form =
+    type === 'cluster'
+      ? 'a comma-separated list of redis://[user:pass@]host:port or host:port'
+      : 'redis://[user:pass@]host:port[/db] or host:port';
+  if (/^[a-z]+\+sentinel:\/\//i.test(text)) {
+    throw new SettingsError(`REDIS_URL: a sentinel URL needs REDIS_TYPE=sentinel ('${url}')`);
+  }
+  const withScheme = /^[a-z+]+:\/\//i.test(text) ? text : `redis://${text}`;
   let parsed: URL;
   try {
     parsed = new URL(withScheme);
   } catch {
-    throw new SettingsError(
-      `REDIS_URL: '${url}' is not redis://[user:pass@]host:port[/db] or host:port`,
-    );
+    throw new SettingsError(`REDIS_URL: '${url}' is not ${form}`);
   }
   if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') {
     throw new SettingsError(`REDIS_URL: scheme '${parsed.protocol}' is not redis: or rediss:`);
   }
+  if (parsed.hostname === '') throw new SettingsError(`REDIS_URL: '${url}' is not ${form}`);
   const db = parsed.pathname.replace(/^\//, '');
   if (db !== '' && !/^\d+$/.test(db)) {
     throw new SettingsError(`REDIS_URL: database '${db}' is not a number`);
   }
-  const port = parsed.port === '' ? 6379 : Number(parsed.port);
   return {
-    type,
     host: parsed.hostname.replace(/^\[|\]$/g, ''),
-    port,
-    username: decodeURIComponent(parsed.username) || authUser,
-    password: decodeURIComponent(parsed.password) || authPassword,
+    port: parsed.port === '' ? 6379 : Number(parsed.port),
     db: db === '' ? 0 : Number(db),
-    tls: parsed.protocol === 'rediss:' || tlsDefault ? tls : undefined,
-    timeoutMs,
+    username: decodeURIComponent(parsed.username) || undefined,
+    password: decodeURIComponent(parsed.password) || undefined,
+    tls: parsed.protocol === 'rediss:',
   };
+}
+
+/**
+ * `redis+sentinel://[user:pass@]h1:p1,h2:p2/MASTER_NAME` (`rediss+sentinel://` for TLS), or the
+ * reference's `MASTER_NAME,h1:p1,h2:p2`. The credentials are the master's; sentinels listen on
+ * 26379 unless a port is given.
+ */
+function parseSentinelUrl(url: string): {
+  masterName: string;
+  sentinels: RedisNode[];
+  credentials: Credentials;
+} {
+  const form =
+    'redis+sentinel://[user:pass@]host:port,host:port/MASTER_NAME or MASTER_NAME,host:port,host:port';
+  const scheme = /^([a-z+]+):\/\//i.exec(url)?.[1]?.toLowerCase();
+  let masterName: string;
+  let hosts: string[];
+  let credentials: Credentials = {
+    username: undefined,
+    password: undefined,
+    tls: scheme === 'rediss+sentinel',
+  };
+  if (scheme === undefined) {
+    [masterName = '', ...hosts] = url.split(',').map((part) => part.trim());
+    if (/^[^/]*:\d+$/.test(masterName)) {
+      throw new SettingsError(
+        `REDIS_URL: '${url}' starts with '${masterName}', not the master's name (${form})`,
+      );
+    }
+  } else if (scheme === 'redis+sentinel' || scheme === 'rediss+sentinel') {
+    const rest = url.slice(scheme.length + 3);
+    const slash = rest.indexOf('/');
+    if (slash < 0) throw new SettingsError(`REDIS_URL: '${url}' names no master (${form})`);
+    let authority = rest.slice(0, slash);
+    masterName = decodeURIComponent(rest.slice(slash + 1));
+    const at = authority.lastIndexOf('@');
+    if (at >= 0) {
+      const [user, password] = splitAuth(authority.slice(0, at));
+      credentials = {
+        ...credentials,
+        username: user ? decodeURIComponent(user) : undefined,
+        password: password ? decodeURIComponent(password) : undefined,
+      };
+      authority = authority.slice(at + 1);
+    }
+    hosts = authority.split(',').map((part) => part.trim());
+  } else {
+    throw new SettingsError(`REDIS_URL: scheme '${scheme}:' is not redis+sentinel: (${form})`);
+  }
+  if (masterName === '' || masterName.includes('/')) {
+    throw new SettingsError(`REDIS_URL: '${url}' names no master (${form})`);
+  }
+  if (hosts.length === 0) throw new SettingsError(`REDIS_URL: '${url}' has no sentinel (${form})`);
+  const sentinels = hosts.map((host) => {
+    let parsed: URL | undefined;
+    try {
+      parsed = new URL(`redis://${host}`);
+    } catch {
+      parsed = undefined;
+    }
+    if (
+      parsed === undefined ||
+      parsed.hostname === '' ||
+      !/^(\[[^\]]*\]|[^:/@]+)(:\d+)?$/.test(host)
+    ) {
+      throw new SettingsError(`REDIS_URL: sentinel '${host}' is not host:port (${form})`);
+    }
+    return {
+      host: parsed.hostname.replace(/^\[|\]$/g, ''),
+      port: parsed.port === '' ? 26379 : Number(parsed.port),
+    };
+  });
+  return { masterName, sentinels, credentials };
 }
 
 /** REDIS_AUTH is `password` or `user:password`, as in the reference. */

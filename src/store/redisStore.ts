@@ -1,20 +1,23 @@
 import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createSecureContext, type ConnectionOptions } from 'node:tls';
-import { Redis } from 'ioredis';
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { SettingsError, StoreError } from '../errors.js';
 import type { RedisSettings, RedisTls } from '../settings.js';
+import { createClusterStore, type SlotBackend } from './clusterStore.js';
 import type { Store, StoreDecision } from './Store.js';
 import { decideArgs, loadDecisionScript, readDecision, type ScriptArgs } from './script.js';
 
 /**
- * The Redis store: one EVALSHA of the decision script per request (see lua/dispatch.lua).
+ * The Redis store: one EVALSHA of the decision script per request (see lua/dispatch.lua), on a
+ * single Redis, on the master that Sentinel names, or on Redis Cluster (see clusterStore.ts).
  *
  * ioredis's defaults suit a cache, not a limiter in a request's critical path: it would queue
  * commands while disconnected and retry them, so a call could outlive Envoy's 20 ms deadline. Here
  * nothing is queued or retried, every call is bounded by REDIS_TIMEOUT, and FAILURE_MODE decides
  * what a failure answers. ioredis's script support sends EVALSHA and falls back to EVAL on
- * NOSCRIPT by itself, so a restart or SCRIPT FLUSH costs no failed request.
+ * NOSCRIPT by itself, per connection, so a restart, a failover or SCRIPT FLUSH costs no failed
+ * request.
  */
 export interface RedisStoreOptions {
   onError?: (error: StoreError) => void;
@@ -23,13 +26,15 @@ export interface RedisStoreOptions {
 type DecideCommand = (...args: ScriptArgs) => Promise<unknown>;
 
 export function createRedisStore(settings: RedisSettings, options: RedisStoreOptions = {}): Store {
+  if (settings.type === 'cluster') {
+    return createClusterStore(clusterBackend(settings, options), {
+      timeoutMs: settings.timeoutMs,
+      classify,
+      onError: options.onError,
+    });
+  }
   const redis = new Redis({
-    host: settings.host,
-    port: settings.port,
-    username: settings.username,
-    password: settings.password,
-    db: settings.db,
-    tls: settings.tls ? tlsOptions(settings.tls) : undefined,
+    ...(settings.type === 'sentinel' ? sentinelOptions(settings) : singleOptions(settings)),
     // The ready check sends INFO, which the least-privilege ACL user lacks (see README). Without
     // it, a Redis still loading its data answers LOADING, which fails fast like any outage.
     enableReadyCheck: false,
@@ -85,6 +90,97 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
   };
 }
 
+function singleOptions(settings: RedisSettings): RedisOptions {
+  return {
+    host: settings.host,
+    port: settings.port,
+    username: settings.username,
+    password: settings.password,
+    db: settings.db,
+    tls: settings.tls ? tlsOptions(settings.tls) : undefined,
+  };
+}
+
+/**
+ * The master as the sentinels name it. ioredis asks them again whenever it reconnects, and
+ * listens for their +switch-master so that a failover moves it to the new master at once.
+ */
+function sentinelOptions(settings: RedisSettings): RedisOptions {
+  const tls = settings.tls ? tlsOptions(settings.tls) : undefined;
+  if (settings.masterName === undefined || !settings.nodes?.length) {
+    throw new SettingsError('REDIS_URL: Sentinel needs the sentinels and the master name');
+  }
+  return {
+    sentinels: settings.nodes,
+    name: settings.masterName,
+    username: settings.username,
+    password: settings.password,
+    db: settings.db,
+    tls,
+    enableTLSForSentinelMode: tls !== undefined,
+    sentinelTLS: tls,
+    sentinelCommandTimeout: Math.max(1_000, settings.timeoutMs),
+    failoverDetector: true,
+    // A master demoted by a failover answers writes with READONLY until the connection is
+    // dropped: drop it, so that the next connection asks the sentinels for the new master.
+    reconnectOnError: (error) => (/READONLY/.test(error.message) ? 1 : false),
+  };
+}
+
+/**
+ * ioredis's Cluster client under the same fail-fast rules: MOVED and ASK are followed at once,
+ * TRYAGAIN, CLUSTERDOWN and a lost node are retried after a fifth of REDIS_TIMEOUT, and the cluster
+ * store bounds every call by REDIS_TIMEOUT whatever the client is still trying.
+ */
+function clusterBackend(settings: RedisSettings, options: RedisStoreOptions): SlotBackend {
+  const retryDelay = Math.max(1, Math.min(100, Math.floor(settings.timeoutMs / 5)));
+  const cluster = new Cluster(settings.nodes ?? [{ host: settings.host, port: settings.port }], {
+    redisOptions: {
+      username: settings.username,
+      password: settings.password,
+      tls: settings.tls ? tlsOptions(settings.tls) : undefined,
+      enableReadyCheck: false,
+      maxRetriesPerRequest: 0,
+      commandTimeout: settings.timeoutMs,
+      connectTimeout: Math.max(1_000, settings.timeoutMs),
+    },
+    // Nothing waits for the slot map: until it is known, calls fail fast.
+    enableOfflineQueue: false,
+    scaleReads: 'master',
+    maxRedirections: 16,
+    retryDelayOnMoved: 0,
+    retryDelayOnFailover: retryDelay,
+    retryDelayOnClusterDown: retryDelay,
+    retryDelayOnTryAgain: retryDelay,
+    slotsRefreshTimeout: Math.max(1_000, settings.timeoutMs),
+    clusterRetryStrategy: (attempt) => Math.min(50 * attempt, 1_000),
+    // Off: ioredis follows a redirection for a pipeline only when every command in it got the
+    // same one, so calls pipelined beside a slot that is migrating would fail with MOVED or ASK.
+    enableAutoPipelining: false,
+  });
+  const report = (error: Error) => options.onError?.(classify(error));
+  cluster.on('error', report);
+  cluster.on('node error', report);
+  cluster.defineCommand('tollgateDecide', { lua: loadDecisionScript() });
+  const decide = (cluster as unknown as { tollgateDecide: DecideCommand }).tollgateDecide.bind(
+    cluster,
+  );
+  return {
+    run: (args) => decide(...args),
+    del: (keys) => cluster.del(...keys),
+    async ping() {
+      if (cluster.status !== 'ready') await ready(cluster, 1_000);
+      const masters = cluster.nodes('master');
+      if (masters.length === 0) throw new Error('CLUSTERDOWN no master known yet');
+      // Every master, since a request may need any of them.
+      await Promise.all(masters.map((master) => master.ping()));
+    },
+    async close() {
+      cluster.disconnect();
+    },
+  };
+}
+
 /** Reads the TLS files once, at start-up, so a bad path or a mismatched pair stops it. */
 function tlsOptions(tls: RedisTls): ConnectionOptions {
   const read = (setting: string, path: string | undefined) => {
@@ -120,7 +216,7 @@ function tlsOptions(tls: RedisTls): ConnectionOptions {
 }
 
 /** Waits for a connection under way, so a probe right after start-up sees it. */
-function ready(redis: Redis, timeoutMs: number): Promise<void> {
+function ready(redis: Redis | Cluster, timeoutMs: number): Promise<void> {
   return new Promise((resolve) => {
     const done = () => {
       clearTimeout(timer);

@@ -214,6 +214,162 @@ describe('REDIS_URL forms', () => {
   });
 });
 
+describe('REDIS_TYPE=cluster', () => {
+  const cluster = (url: string, env: Record<string, string> = {}) =>
+    readSettings({ REDIS_TYPE: 'cluster', REDIS_URL: url, ...env }).redis;
+
+  it('reads a comma-separated list of redis:// nodes', () => {
+    expect(cluster('redis://h1:7000,redis://h2:7001,redis://[::1]:7002')).toEqual({
+      type: 'cluster',
+      host: 'h1',
+      port: 7000,
+      nodes: [
+        { host: 'h1', port: 7000 },
+        { host: 'h2', port: 7001 },
+        { host: '::1', port: 7002 },
+      ],
+      username: undefined,
+      password: undefined,
+      db: 0,
+      tls: undefined,
+      timeoutMs: 15,
+    });
+  });
+
+  it("reads the reference's bare host:port nodes, spaces allowed, 6379 by default", () => {
+    expect(cluster('h1:7000, h2')?.nodes).toEqual([
+      { host: 'h1', port: 7000 },
+      { host: 'h2', port: 6379 },
+    ]);
+  });
+
+  it('takes credentials from the nodes that give them, or REDIS_AUTH', () => {
+    expect(cluster('redis://user:pa%40ss@h1:1,h2:2')).toMatchObject({
+      username: 'user',
+      password: 'pa@ss',
+    });
+    expect(cluster('h1:1,h2:2', { REDIS_AUTH: 'user:pass' })).toMatchObject({
+      username: 'user',
+      password: 'pass',
+    });
+  });
+
+  it('turns TLS on for rediss:// nodes or REDIS_TLS=true', () => {
+    expect(cluster('rediss://h1:1,rediss://h2:2')?.tls).toBeDefined();
+    expect(cluster('h1:1,h2:2', { REDIS_TLS: 'true' })?.tls).toBeDefined();
+  });
+
+  it('reads REDIS_TYPE in any case', () => {
+    expect(readSettings({ REDIS_TYPE: 'CLUSTER', REDIS_URL: 'h1:1' }).redis?.type).toBe('cluster');
+  });
+
+  it.each([
+    [
+      'h1:1,',
+      "REDIS_URL: 'h1:1,' is not a comma-separated list of redis://[user:pass@]host:port or host:port",
+    ],
+    [
+      'redis://h1:1,rediss://h2:2',
+      "REDIS_URL: mixes redis:// and rediss:// nodes ('redis://h1:1,rediss://h2:2')",
+    ],
+    [
+      'redis://h1:1/2,redis://h2:2',
+      "REDIS_URL: Redis Cluster has only database 0, not 2 ('redis://h1:1/2,redis://h2:2')",
+    ],
+    ['redis://a:x@h1:1,redis://b:y@h2:2', 'REDIS_URL: the nodes give different credentials'],
+    ['http://h1:1', "REDIS_URL: scheme 'http:' is not redis: or rediss:"],
+    [
+      'redis+sentinel://h1:1/m',
+      "REDIS_URL: a sentinel URL needs REDIS_TYPE=sentinel ('redis+sentinel://h1:1/m')",
+    ],
+  ])('rejects %s', (url, message) => {
+    expect(failure({ REDIS_TYPE: 'cluster', REDIS_URL: url }).message).toBe(message);
+  });
+});
+
+describe('REDIS_TYPE=sentinel', () => {
+  const sentinel = (url: string, env: Record<string, string> = {}) =>
+    readSettings({ REDIS_TYPE: 'sentinel', REDIS_URL: url, ...env }).redis;
+
+  it('reads redis+sentinel://[user:pass@]host:port,host:port/MASTER_NAME', () => {
+    expect(sentinel('redis+sentinel://user:pass@s1:26380,s2/mymaster')).toEqual({
+      type: 'sentinel',
+      host: 's1',
+      port: 26380,
+      nodes: [
+        { host: 's1', port: 26380 },
+        { host: 's2', port: 26379 },
+      ],
+      masterName: 'mymaster',
+      username: 'user',
+      password: 'pass',
+      db: 0,
+      tls: undefined,
+      timeoutMs: 15,
+    });
+  });
+
+  it("reads the reference's MASTER_NAME,host:port,host:port with REDIS_AUTH", () => {
+    expect(sentinel('mymaster,s1:26380, s2:26381', { REDIS_AUTH: 'secret' })).toMatchObject({
+      nodes: [
+        { host: 's1', port: 26380 },
+        { host: 's2', port: 26381 },
+      ],
+      masterName: 'mymaster',
+      username: undefined,
+      password: 'secret',
+    });
+  });
+
+  it('turns TLS on for rediss+sentinel:// or REDIS_TLS=true', () => {
+    expect(sentinel('rediss+sentinel://s1:1/m')?.tls).toBeDefined();
+    expect(sentinel('m,s1:1', { REDIS_TLS: 'true' })?.tls).toBeDefined();
+    expect(sentinel('redis+sentinel://s1:1/m')?.tls).toBeUndefined();
+  });
+
+  it('reads REDIS_TYPE in any case', () => {
+    expect(readSettings({ REDIS_TYPE: 'Sentinel', REDIS_URL: 'm,s1:1' }).redis?.type).toBe(
+      'sentinel',
+    );
+  });
+
+  const FORM =
+    'redis+sentinel://[user:pass@]host:port,host:port/MASTER_NAME or MASTER_NAME,host:port,host:port';
+  it.each([
+    [
+      'redis+sentinel://s1:1,s2:2',
+      `REDIS_URL: 'redis+sentinel://s1:1,s2:2' names no master (${FORM})`,
+    ],
+    ['redis+sentinel://s1:1/', `REDIS_URL: 'redis+sentinel://s1:1/' names no master (${FORM})`],
+    [
+      'redis+sentinel://s1:1/m/2',
+      `REDIS_URL: 'redis+sentinel://s1:1/m/2' names no master (${FORM})`,
+    ],
+    [
+      's1:26379,s2:26379',
+      `REDIS_URL: 's1:26379,s2:26379' starts with 's1:26379', not the master's name (${FORM})`,
+    ],
+    ['mymaster', `REDIS_URL: 'mymaster' has no sentinel (${FORM})`],
+    ['mymaster,s1:port', `REDIS_URL: sentinel 's1:port' is not host:port (${FORM})`],
+    ['redis+sentinel://s1:1,,s2:2/m', `REDIS_URL: sentinel '' is not host:port (${FORM})`],
+    ['redis://s1:1', `REDIS_URL: scheme 'redis:' is not redis+sentinel: (${FORM})`],
+  ])('rejects %s', (url, message) => {
+    expect(failure({ REDIS_TYPE: 'sentinel', REDIS_URL: url }).message).toBe(message);
+  });
+});
+
+describe('REDIS_TYPE=single', () => {
+  it.each([
+    ['h1:1,h2:2', "REDIS_URL: a list of nodes needs REDIS_TYPE=cluster ('h1:1,h2:2')"],
+    [
+      'redis+sentinel://s1:1/m',
+      "REDIS_URL: a sentinel URL needs REDIS_TYPE=sentinel ('redis+sentinel://s1:1/m')",
+    ],
+  ])('rejects %s, naming the REDIS_TYPE it needs', (url, message) => {
+    expect(failure({ REDIS_URL: url }).message).toBe(message);
+  });
+});
+
 describe('the rules location', () => {
   it("uses the reference's RUNTIME_ROOT layout when CONFIG_PATH is unset", () => {
     const env = {
