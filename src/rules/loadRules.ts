@@ -46,13 +46,21 @@ function ruleFiles(configPath: string): string[] {
   return files;
 }
 
+/** A rules file this large is a mistake or an attack, and would take seconds to parse. */
+export const MAX_RULES_FILE_BYTES = 4 * 1024 * 1024;
+
 /** Parses as YAML 1.1, like the reference's Go decoder: `yes` is true and `0755` is octal. */
 function parseFile(path: string, options: LoadRulesOptions): DomainRules {
   const file = basename(path);
   let text: string;
   try {
+    const size = statSync(path).size;
+    if (size > MAX_RULES_FILE_BYTES) {
+      throw new RulesError(`${file}: is ${size} bytes, over the limit of ${MAX_RULES_FILE_BYTES}`);
+    }
     text = readFileSync(path, 'utf8');
   } catch (err) {
+    if (err instanceof RulesError) throw err;
     throw new RulesError(`${file}: cannot read: ${(err as Error).message}`, { cause: err });
   }
   const lines = new LineCounter();

@@ -16,7 +16,15 @@ export type Fields = ReadonlyMap<string, Value>;
 export interface NodeContext {
   file: string;
   doc: Document.Parsed;
+  /** Aliases followed so far in this file (see MAX_ALIASES), and where each one leads. */
+  aliases?: { followed: number; targets: Map<object, Value> };
 }
+
+/**
+ * Aliases a file may follow. Each alias is read again wherever it is used, so aliases of aliases
+ * grow a file exponentially (the "billion laughs"); real rules files follow a handful.
+ */
+export const MAX_ALIASES = 10_000;
 
 export const join = (path: string, key: string): string => (path === '' ? key : `${path}.${key}`);
 
@@ -26,7 +34,18 @@ export function fail(ctx: Pick<NodeContext, 'file'>, path: string, message: stri
 
 /** Follows `*anchor` references so aliased nodes validate like inline ones. */
 export function resolve(ctx: NodeContext, node: unknown): Value {
-  return isAlias(node) ? (node.resolve(ctx.doc) ?? null) : (node as Value);
+  if (!isAlias(node)) return node as Value;
+  const aliases = (ctx.aliases ??= { followed: 0, targets: new Map() });
+  if (++aliases.followed > MAX_ALIASES) {
+    fail(ctx, '', `follows more than ${MAX_ALIASES} aliases; expand them, or use fewer`);
+  }
+  // yaml finds an alias's anchor by walking the whole document: once per alias is enough.
+  let target = aliases.targets.get(node);
+  if (target === undefined) {
+    target = node.resolve(ctx.doc) ?? null;
+    aliases.targets.set(node, target);
+  }
+  return target;
 }
 
 export function describe(node: Value): string {
