@@ -4,6 +4,7 @@ import { responseHeaders, type HeaderCandidate, type ReferenceHeaderNames } from
 import { costOf, describeLimit, overrideLimit } from './limits.js';
 import { counterEntries, counterKey } from './keys.js';
 import type { CheckObserver, RuleOutcome } from './outcome.js';
+import { createOverLimitCache, type OverLimitCache } from './overLimitCache.js';
 import { matchRule } from './rules/match.js';
 import { entriesMetricKey, metricKeyOf } from './rules/metricKey.js';
 import type { Algorithm, JsonValue, Limit, RuleNode, RuleSet } from './rules/types.js';
@@ -37,6 +38,14 @@ export interface LimiterOptions {
   referenceHeaders?: ReferenceHeaderNames;
   /** `near` in outcomes: at or above this share of the limit after the decision. */
   nearLimitRatio?: number;
+  /** OVER_LIMIT_CACHE_SIZE: denied counters answered from memory until their reset; 0: off. */
+  overLimitCacheSize?: number;
+  /**
+   * The clock the store's resets are counted on, read before each store call: `clock` by default,
+   * else a monotonic one (CLOCK=redis: Redis TIME runs at the same rate). Give the in-memory
+   * store's clock when it has its own.
+   */
+  cacheClock?: () => number;
   observe?: CheckObserver;
 }
 
@@ -62,6 +71,9 @@ export function createLimiter(options: LimiterOptions): Limiter {
   const { store, clock, defaultAlgorithm, keyPrefix, observe } = options;
   const reported = new WeakMap<Limit, CurrentLimit>();
   const nearRatio = options.nearLimitRatio ?? 0.8;
+  const cacheSize = options.overLimitCacheSize ?? 0;
+  const cache = cacheSize > 0 ? createOverLimitCache(cacheSize) : undefined;
+  const cacheClock = options.cacheClock ?? clock ?? (() => performance.now());
 
   function currentLimit(limit: Limit): CurrentLimit {
     let current = reported.get(limit);
@@ -76,7 +88,9 @@ export function createLimiter(options: LimiterOptions): Limiter {
     async decide(check: Check): Promise<Decision> {
       const descriptors = check.descriptors;
       const statuses = new Array<DescriptorStatus>(descriptors.length);
-      const domain = options.rules().domains.get(check.domain);
+      const ruleSet = options.rules();
+      cache?.sync(ruleSet);
+      const domain = ruleSet.domains.get(check.domain);
       if (domain === undefined) {
         statuses.fill(NO_LIMIT);
         const decision: Decision = { code: 'OK', statuses };
@@ -135,6 +149,14 @@ export function createLimiter(options: LimiterOptions): Limiter {
         return decision;
       }
 
+      // Read before the store call: the reset it returns runs from a later moment.
+      const cacheNow = cache === undefined ? 0 : cacheClock();
+      if (cache !== undefined && cache.size > 0) {
+        const deadlines = cachedDenial(cache, counters, cacheNow);
+        if (deadlines !== undefined)
+          return answerFromCache(check, nodes, statuses, counted, deadlines, cacheNow);
+      }
+
       let outcome: StoreDecision;
       const started = observe ? performance.now() : 0;
       try {
@@ -151,6 +173,13 @@ export function createLimiter(options: LimiterOptions): Limiter {
         return decision;
       }
       const storeMs = observe ? performance.now() - started : 0;
+      if (cache !== undefined) {
+        for (let slot = 0; slot < counters.length; slot++) {
+          const result = outcome.results[slot];
+          if (result !== undefined)
+            cache.learn(ruleSet, counters[slot] as CounterCheck, result, cacheNow);
+        }
+      }
 
       const candidates: HeaderCandidate[] = [];
       // undefined: no quota descriptor is over, or one fits; null: all are over, and never free.
@@ -179,19 +208,8 @@ export function createLimiter(options: LimiterOptions): Limiter {
         }
         if (observe) {
           const capacity = limit.algorithm === 'token_bucket' ? limit.burst : limit.requestsPerUnit;
-          const entries = (descriptors[index] as Descriptor).entries;
-          const key = node
-            ? metricKeyOf(node, entries)
-            : { parts: entriesMetricKey(entries), detailed: true };
-          rules.push({
-            domain: check.domain,
-            metricKey: key.parts,
-            detailed: key.detailed,
-            hits: cost,
-            over,
-            near: !over && result.remaining <= capacity * (1 - nearRatio),
-            shadowed: over && shadow,
-          });
+          const near = !over && result.remaining <= capacity * (1 - nearRatio);
+          rules.push(ruleOutcome(check, index, node, cost, over, near, over && shadow));
         }
       }
 
@@ -210,6 +228,48 @@ export function createLimiter(options: LimiterOptions): Limiter {
     },
   };
 
+  /**
+   * OVER_LIMIT without a store call: nothing is consumed, as the store's all-or-nothing denial
+   * would do. The remembered descriptors say OVER_LIMIT with 0 remaining (exact for the usual cost
+   * of 1: a denied cost of k leaves fewer than k) and the time to their deadline; so do costs that
+   * can never fit, with no reset. The other limited descriptors were not decided, so they report
+   * what an unchecked descriptor does: OK with no limit.
+   */
+  function answerFromCache(
+    check: Check,
+    nodes: (RuleNode | undefined)[],
+    statuses: DescriptorStatus[],
+    counted: readonly Counted[],
+    deadlines: readonly (number | undefined)[],
+    now: number,
+  ): Decision {
+    const candidates: HeaderCandidate[] = [];
+    const rules: RuleOutcome[] = [];
+    for (const { index, limit, node, slot, cost, shadow, quota } of counted) {
+      const deadline = deadlines[slot];
+      if (deadline === undefined) {
+        statuses[index] = NO_LIMIT;
+        continue;
+      }
+      // As from the store: a shadow descriptor sharing the counter still says OK.
+      const status: DescriptorStatus = {
+        code: shadow ? 'OK' : 'OVER_LIMIT',
+        currentLimit: currentLimit(limit),
+        limitRemaining: 0,
+      };
+      if (deadline !== Infinity) status.durationUntilResetMs = Math.ceil(deadline - now);
+      statuses[index] = status;
+      if (!shadow && !quota) candidates.push({ limit, status });
+      if (observe) rules.push(ruleOutcome(check, index, node, cost, true, false, shadow));
+    }
+    const globalShadow = options.shadowMode === true;
+    const code = globalShadow ? 'OK' : 'OVER_LIMIT';
+    const headers = responseHeaders(candidates, !globalShadow, options.referenceHeaders);
+    const decision = finish(nodes, statuses, code, headers);
+    observe?.(event(check, decision, { globalShadow, rules, overLimitCache: true }));
+    return decision;
+  }
+
   function finish(
     nodes: (RuleNode | undefined)[],
     statuses: DescriptorStatus[],
@@ -224,6 +284,58 @@ export function createLimiter(options: LimiterOptions): Limiter {
     }
     return decision;
   }
+}
+
+/**
+ * The slots' deadlines when an enforced counter of the request is remembered as denied for its
+ * cost (Infinity: a cost above the limit, which never fits); undefined when the store must
+ * decide. A request with a shadow or overdraw counter always goes to the store, which consumes
+ * those even when it denies.
+ */
+function cachedDenial(
+  cache: OverLimitCache,
+  counters: readonly CounterCheck[],
+  now: number,
+): (number | undefined)[] | undefined {
+  let deadlines: (number | undefined)[] | undefined;
+  let remembered = false;
+  for (let slot = 0; slot < counters.length; slot++) {
+    const counter = counters[slot] as CounterCheck;
+    if (counter.shadow || counter.overdraw) return undefined;
+    if (counter.quota) continue;
+    const capacity = counter.algorithm === 'token_bucket' ? counter.burst : counter.limit;
+    const deadline =
+      Math.max(counter.cost, 1) > capacity ? Infinity : cache.deniedUntil(counter, now);
+    if (deadline === undefined) continue;
+    if (deadline !== Infinity) remembered = true;
+    deadlines ??= new Array<number | undefined>(counters.length);
+    deadlines[slot] = deadline;
+  }
+  return remembered ? deadlines : undefined;
+}
+
+function ruleOutcome(
+  check: Check,
+  index: number,
+  node: RuleNode | undefined,
+  hits: number,
+  over: boolean,
+  near: boolean,
+  shadowed: boolean,
+): RuleOutcome {
+  const entries = (check.descriptors[index] as Descriptor).entries;
+  const key = node
+    ? metricKeyOf(node, entries)
+    : { parts: entriesMetricKey(entries), detailed: true };
+  return {
+    domain: check.domain,
+    metricKey: key.parts,
+    detailed: key.detailed,
+    hits,
+    over,
+    near,
+    shadowed,
+  };
 }
 
 function event(

@@ -40,6 +40,8 @@
  *   choose the domain, so it would be unbounded.
  * - `tollgate_config_loads_total{result="success"|"error"}`: rules loads and reloads.
  * - `tollgate_metrics_detailed_overflow_total`: rule outcomes reported under `_overflow`.
+ * - `tollgate_over_limit_cache_hits_total`: checks denied from the over-limit cache, without a
+ *   store call.
  * - `tollgate_process_*`, `tollgate_nodejs_*`: prom-client's process and Node.js metrics.
  *
  * Under WORKERS > 1 each worker counts in its own registry, and /metrics answers the sum of every
@@ -234,6 +236,11 @@ export function createMetrics(options: MetricsOptions): Metrics {
     help: 'Rule outcomes reported under key1="_overflow" because the detailed series were capped.',
     registers,
   });
+  const overLimitCacheHits = new Counter({
+    name: 'tollgate_over_limit_cache_hits_total',
+    help: 'Checks denied from the over-limit cache, without a store call.',
+    registers,
+  });
 
   // Children bound once: labels() hashes its arguments on every call.
   const shouldRateLimit = { grpc_method: 'ShouldRateLimit' };
@@ -315,6 +322,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
         }
         if (event.unknownDomain) domainNotFound.inc();
         if (event.globalShadow) globalShadowMode.inc();
+        if (event.overLimitCache === true) overLimitCacheHits.inc();
       } catch {
         // Metrics must never fail a check; a malformed event is dropped.
       }

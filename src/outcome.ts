@@ -19,6 +19,8 @@ export interface CheckEvent {
   unknownDomain: boolean;
   /** Global SHADOW_MODE turned a denial into OK. */
   globalShadow: boolean;
+  /** Denied from the over-limit cache, without a store call; `rules` holds the remembered ones. */
+  overLimitCache?: boolean;
   /** One per descriptor that landed on a limited rule (not unlimited, not replaced). */
   rules: RuleOutcome[];
 }

@@ -98,6 +98,10 @@ export function createService(options: ServiceOptions): Service {
     dynamicMetadata: settings.responseDynamicMetadata,
     referenceHeaders: settings.limitHeaders.enabled ? settings.limitHeaders : undefined,
     nearLimitRatio: settings.metrics.nearLimitRatio,
+    // Off on a cluster: a denial that spans slots refunds what it took, so a count may fall early.
+    overLimitCacheSize: settings.redis?.type === 'cluster' ? 0 : settings.overLimitCacheSize,
+    // The clock the store's resets run on: Redis TIME, or this one (CLOCK=local, in-memory store).
+    cacheClock: settings.redis && settings.clock === 'redis' ? () => performance.now() : clock,
     observe: (event) => {
       metrics.observe(event);
       tracing.observe(event);
