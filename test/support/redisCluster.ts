@@ -1,8 +1,7 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
+import { createProcessGroup } from './processGroup.js';
 import { freePort } from './redis.js';
 
 /**
@@ -44,34 +43,8 @@ export async function startRedisCluster(): Promise<TestCluster> {
       'The cluster tests need redis-server and redis-cli (Debian: apt-get install -y redis-server)',
     );
   }
-  const dir = mkdtempSync(join(tmpdir(), 'tollgate-cluster-'));
+  const { dir, children, client, stop } = createProcessGroup('tollgate-cluster-');
   const ports: number[] = [];
-  const children: ChildProcess[] = [];
-  const clients = new Map<number, Redis>();
-  const client = (port: number): Redis => {
-    let existing = clients.get(port);
-    if (!existing) {
-      existing = new Redis({ port, host: '127.0.0.1', maxRetriesPerRequest: 1 });
-      existing.on('error', () => {});
-      clients.set(port, existing);
-    }
-    return existing;
-  };
-
-  const stop = async () => {
-    for (const redis of clients.values()) redis.disconnect();
-    await Promise.all(
-      children.map(
-        (child) =>
-          new Promise<void>((resolve) => {
-            if (child.exitCode !== null || child.signalCode !== null) return resolve();
-            child.once('exit', () => resolve());
-            child.kill('SIGKILL');
-          }),
-      ),
-    );
-    rmSync(dir, { recursive: true, force: true });
-  };
 
   try {
     for (let i = 0; i < SIZE; i++) {
