@@ -13,6 +13,7 @@ import {
 import { keySlot } from '../../src/store/slots.js';
 import type { CounterCheck, Store } from '../../src/store/Store.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
+import { raceRules } from '../support/raceRules.js';
 import {
   loadSummary,
   startRedisCluster,
@@ -367,18 +368,11 @@ describe('the cluster store and the in-memory store', () => {
 describe('exactness across instances', () => {
   const LIMIT = 100;
   const REQUESTS = 2_000;
-  const RACE = `
-domain: race
-descriptors:
-  - key: fixed
-    rate_limit: {unit: hour, requests_per_unit: ${LIMIT}, algorithm: fixed_window}
-  - key: sliding
-    rate_limit: {unit: hour, requests_per_unit: ${LIMIT}, algorithm: sliding_window}
-  - key: bucket
-    rate_limit: {unit: hour, requests_per_unit: ${LIMIT}, algorithm: token_bucket}
-  - key: remote_address
-    rate_limit: {unit: hour, requests_per_unit: 100000}
-`;
+  const RACE = raceRules(
+    'race',
+    LIMIT,
+    '  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 100000}\n',
+  );
   const instances: TollgateProcess[] = [];
   beforeAll(async () => {
     const env = { REDIS_TYPE: 'cluster', REDIS_URL: cluster.url, REDIS_TIMEOUT: '5s' };

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startRedis, type TestRedis } from '../support/redis.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { callCheck, d } from '../support/tollgate.js';
+import { raceRules } from '../support/raceRules.js';
 
 // The race from the brief: several service processes share one Redis, and hundreds of
 // concurrent requests go to one key with limit N. Read-decide-write is one script, so exactly N
@@ -9,16 +10,7 @@ import { callCheck, d } from '../support/tollgate.js';
 
 const LIMIT = 50;
 const REQUESTS = 600;
-const RULES = `
-domain: race
-descriptors:
-  - key: fixed
-    rate_limit: {unit: hour, requests_per_unit: ${LIMIT}, algorithm: fixed_window}
-  - key: sliding
-    rate_limit: {unit: hour, requests_per_unit: ${LIMIT}, algorithm: sliding_window}
-  - key: bucket
-    rate_limit: {unit: hour, requests_per_unit: ${LIMIT}, algorithm: token_bucket}
-`;
+const RULES = raceRules('race', LIMIT);
 
 let redis: TestRedis;
 const instances: TollgateProcess[] = [];

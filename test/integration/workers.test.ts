@@ -9,24 +9,18 @@ import { createRateLimitClient, type RateLimitClient } from '../../src/grpc/prot
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { freePort, startRedis, type TestRedis } from '../support/redis.js';
 import { callCheck, d, eventually, writeRules } from '../support/tollgate.js';
+import { raceRules } from '../support/raceRules.js';
 
 // WORKERS=2: the built entry point as a cluster primary with two workers on one Redis. Clients
 // connect one after another, so node:cluster hands their connections to the workers in turn;
 // /proc shows which worker holds which of them, so the tests know that both workers took calls.
 
 const LIMIT = 50;
-const RULES = `
-domain: workers
-descriptors:
-  - key: fixed
-    rate_limit: {unit: hour, requests_per_unit: ${LIMIT}, algorithm: fixed_window}
-  - key: sliding
-    rate_limit: {unit: hour, requests_per_unit: ${LIMIT}, algorithm: sliding_window}
-  - key: bucket
-    rate_limit: {unit: hour, requests_per_unit: ${LIMIT}, algorithm: token_bucket}
-  - key: counted
-    rate_limit: {unit: hour, requests_per_unit: 100000}
-`;
+const RULES = raceRules(
+  'workers',
+  LIMIT,
+  '  - key: counted\n    rate_limit: {unit: hour, requests_per_unit: 100000}\n',
+);
 
 let redis: TestRedis;
 /** Every tollgate started here: one that a failed test left running is killed at the end. */
