@@ -5,7 +5,8 @@ back what an earlier call of a multi-slot request consumed.
 Decide mode
 KEYS[i]  the counter keys, one per distinct counter, all hash-tagged by tenant
 ARGV[1]  now in ms, or '' to read Redis TIME (CLOCK=redis)
-ARGV[2 + 6(i-1) ..]  per key i: algorithm (1 fixed_window, 2 sliding_window, 3 token_bucket),
+ARGV[2]  with a given now: the clock skew tolerated, in ms (CLOCK_SKEW_TOLERANCE)
+ARGV[3 + 6(i-1) ..]  per key i: algorithm (1 fixed_window, 2 sliding_window, 3 token_bucket),
          window ms W, limit L, burst B, cost (0 = check only: fits when one unit fits), and flags:
            1 shadow    outside the gate: consumed when it fits, never blocks the others
            2 quota     blocks only when every quota counter of the request is over
@@ -32,8 +33,11 @@ W, L, B and the cost that call consumed. Each algorithm undoes the consumption a
 can without ever giving back more than it took (see its refund). Reply: { refunded_1, ... }, 1 when
 counter i got something back, 0 when there was nothing left to give back.
 
-Every written key gets a TTL in this same script. With CLOCK=local, the TTL carries one second
-of slack, because Redis expires keys by its own clock, which may run ahead of the service's.
+Every written key gets a TTL in this same script. With CLOCK=local, the TTL carries the tolerated
+skew as slack. Redis expires keys by its own clock, which may run ahead of the service's; and a
+counter gone early would let an instance whose clock lags decide it afresh, in a window that
+another instance has already spent. Kept that much longer, a counter still holds the latest time
+written to it, and the lagging instance decides at that time instead.
 A refund keeps the key's TTL: less consumed never needs longer.
 --]]
 
@@ -48,7 +52,7 @@ if ARGV[1] == 'refund' then
   return refunded
 end
 
-local now, slack = tonumber(ARGV[1]), 1000
+local now, slack = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not now then
   local time = redis.call('TIME')
   now, slack = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), 0
@@ -61,7 +65,7 @@ end
 
 local states, verdicts, enforced, quotas, quota_fits = {}, {}, true, 0, false
 for i = 1, #KEYS do
-  local a = 2 + 6 * (i - 1)
+  local a = 3 + 6 * (i - 1)
   local algorithm = ALGORITHMS[tonumber(ARGV[a])]
   local window, limit, burst = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local cost, flags = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
@@ -83,7 +87,7 @@ local allowed = enforced and (quotas == 0 or quota_fits)
 
 local reply = { allowed and 1 or 0 }
 for i = 1, #KEYS do
-  local a = 2 + 6 * (i - 1)
+  local a = 3 + 6 * (i - 1)
   local algorithm = ALGORITHMS[tonumber(ARGV[a])]
   local flags, fits = tonumber(ARGV[a + 5]), verdicts[i]
   local commit = allowed

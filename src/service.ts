@@ -67,6 +67,7 @@ export function createService(options: ServiceOptions): Service {
   const store: Store = settings.redis
     ? createRedisStore(settings.redis, {
         onError: (error) => logger.debug({ err: error, kind: error.kind }, 'redis connection'),
+        clockSkewToleranceMs: settings.clockSkewToleranceMs,
       })
     : createMemoryStore({ clock });
 

@@ -21,6 +21,8 @@ export interface Settings {
   redis: RedisSettings | undefined;
   failureMode: FailureMode;
   clock: 'redis' | 'local';
+  /** CLOCK=local: how far the clocks of the instances and of Redis may disagree, in ms. */
+  clockSkewToleranceMs: number;
   defaultAlgorithm: Algorithm;
   cacheKeyPrefix: string;
   shadowMode: boolean;
@@ -130,6 +132,7 @@ export function readSettings(env: Env = process.env): Settings {
     redis: readRedis(env),
     failureMode: oneOf(env, 'FAILURE_MODE', ['error', 'deny', 'allow'] as const, 'error'),
     clock: oneOf(env, 'CLOCK', ['redis', 'local'] as const, 'redis'),
+    clockSkewToleranceMs: duration(env, 'CLOCK_SKEW_TOLERANCE', '5s', 0),
     defaultAlgorithm: oneOf(env, 'DEFAULT_ALGORITHM', ALGORITHMS, 'sliding_window'),
     cacheKeyPrefix: get('CACHE_KEY_PREFIX', ''),
     shadowMode: boolean(env, 'SHADOW_MODE', false),

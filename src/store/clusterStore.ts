@@ -40,6 +40,8 @@ export interface SlotBackend {
 export interface ClusterStoreOptions {
   /** REDIS_TIMEOUT: the bound on each call, redirections and retries included. */
   timeoutMs: number;
+  /** CLOCK_SKEW_TOLERANCE, as in RedisStoreOptions. */
+  clockSkewToleranceMs: number;
   classify(error: unknown): StoreError;
   /** Hears refunds that failed; their requests were already answered. */
   onError?: (error: StoreError) => void;
@@ -47,6 +49,7 @@ export interface ClusterStoreOptions {
 
 export function createClusterStore(backend: SlotBackend, options: ClusterStoreOptions): Store {
   const { timeoutMs, classify } = options;
+  const skewToleranceMs = options.clockSkewToleranceMs;
   const refunds = new Set<Promise<void>>();
 
   async function call<T>(args: ScriptArgs, read: (reply: unknown) => T): Promise<T> {
@@ -81,7 +84,7 @@ export function createClusterStore(backend: SlotBackend, options: ClusterStoreOp
     const calls = await Promise.allSettled(
       groups.map((group) => {
         const part = group.map((index) => checks[index] as CounterCheck);
-        return call(decideArgs(part, nowMs, true), (reply) =>
+        return call(decideArgs(part, { nowMs, skewToleranceMs }, true), (reply) =>
           readDecision(reply, part.length, true),
         );
       }),
@@ -131,8 +134,9 @@ export function createClusterStore(backend: SlotBackend, options: ClusterStoreOp
     async decide(checks, nowMs) {
       const groups = bySlot(checks.map((check) => check.key));
       if (groups.length === 1) {
-        const { allowed, results } = await call(decideArgs(checks, nowMs), (reply) =>
-          readDecision(reply, checks.length),
+        const { allowed, results } = await call(
+          decideArgs(checks, { nowMs, skewToleranceMs }),
+          (reply) => readDecision(reply, checks.length),
         );
         return { allowed, results };
       }

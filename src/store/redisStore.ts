@@ -21,6 +21,11 @@ import { decideArgs, loadDecisionScript, readDecision, type ScriptArgs } from '.
  */
 export interface RedisStoreOptions {
   onError?: (error: StoreError) => void;
+  /**
+   * CLOCK_SKEW_TOLERANCE: when the service passes its clock, counters are kept this much longer
+   * than their windows (see lua/dispatch.lua). 0 by default.
+   */
+  clockSkewToleranceMs?: number;
 }
 
 type DecideCommand = (...args: ScriptArgs) => Promise<unknown>;
@@ -29,6 +34,7 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
   if (settings.type === 'cluster') {
     return createClusterStore(clusterBackend(settings, options), {
       timeoutMs: settings.timeoutMs,
+      clockSkewToleranceMs: options.clockSkewToleranceMs ?? 0,
       classify,
       onError: options.onError,
     });
@@ -53,12 +59,13 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
   redis.on('error', (error: Error) => options.onError?.(classify(error)));
   redis.defineCommand('tollgateDecide', { lua: loadDecisionScript() });
   const decide = (redis as unknown as { tollgateDecide: DecideCommand }).tollgateDecide.bind(redis);
+  const skewToleranceMs = options.clockSkewToleranceMs ?? 0;
 
   return {
     async decide(checks, nowMs): Promise<StoreDecision> {
       try {
         const { allowed, results } = readDecision(
-          await decide(...decideArgs(checks, nowMs)),
+          await decide(...decideArgs(checks, { nowMs, skewToleranceMs })),
           checks.length,
         );
         return { allowed, results };

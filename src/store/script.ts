@@ -29,18 +29,29 @@ const PART = 8;
 export type ScriptArgs = (string | number)[];
 
 /**
+ * When a decide call decides. `nowMs`: the service's clock (CLOCK=local), or undefined for Redis
+ * TIME. `skewToleranceMs`: with the service's clock, how much longer than its window a counter is
+ * kept, so that an instance or a Redis whose clock disagrees by up to that much never finds it
+ * gone early (CLOCK_SKEW_TOLERANCE).
+ */
+export interface DecideTime {
+  nowMs: number | undefined;
+  skewToleranceMs: number;
+}
+
+/**
  * A decide call. `part`: the call holds only some of a request's counters (a request spanning
  * several cluster slots), so quota counters do not gate it and the reply tells what each counter
  * reports when it is refunded.
  */
 export function decideArgs(
   checks: readonly CounterCheck[],
-  nowMs: number | undefined,
+  time: DecideTime,
   part = false,
 ): ScriptArgs {
   const args: ScriptArgs = [checks.length];
   for (const check of checks) args.push(check.key);
-  args.push(nowMs === undefined ? '' : nowMs);
+  args.push(time.nowMs === undefined ? '' : time.nowMs, time.skewToleranceMs);
   for (const check of checks) {
     args.push(
       ALGORITHM_CODES[check.algorithm],

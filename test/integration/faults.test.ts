@@ -332,9 +332,9 @@ describe('DEBUG SLEEP longer than REDIS_TIMEOUT under load', () => {
 
 describe('a call made while an earlier one is stalled in Redis', () => {
   it(`answers within REDIS_TIMEOUT + 300 ms too (REDIS_TIMEOUT=${SLOW_TIMEOUT_MS}ms, DEBUG SLEEP 2 s)`, async () => {
-    // Calls share one connection, and ioredis's auto-pipelining sends the next batch only when
-    // the previous batch is answered. A call queued behind a stalled batch then waits for that
-    // batch to time out before its own REDIS_TIMEOUT even starts.
+    // Calls share one connection. With ioredis's auto-pipelining, which sends the next batch
+    // only when the previous batch is answered, a call queued behind a stalled batch would wait
+    // for that batch to time out before its own REDIS_TIMEOUT even started: this is why it is off.
     const tollgate = tollgateFor('slow');
     const sleeping = redis.client.call('DEBUG', 'SLEEP', '2');
     await sleep(100);

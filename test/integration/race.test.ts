@@ -4,12 +4,13 @@ import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { callCheck, d } from '../support/tollgate.js';
 import { raceRules } from '../support/raceRules.js';
 
-// The race from the brief: several service processes share one Redis, and hundreds of
-// concurrent requests go to one key with limit N. Read-decide-write is one script, so exactly N
+// The race from the brief: four service processes share one Redis, and 2,000 concurrent
+// requests go to one key with limit N. Read-decide-write is one script, so exactly N
 // are allowed, whichever instance answers. Windows are an hour long so no boundary interferes.
 
-const LIMIT = 50;
-const REQUESTS = 600;
+const LIMIT = 100;
+const REQUESTS = 2_000;
+const PROCESSES = 4;
 const RULES = raceRules('race', LIMIT);
 
 let redis: TestRedis;
@@ -18,7 +19,9 @@ const instances: TollgateProcess[] = [];
 beforeAll(async () => {
   redis = await startRedis();
   const env = { REDIS_URL: redis.url, REDIS_TIMEOUT: '5s' };
-  instances.push(...(await Promise.all([1, 2, 3].map(() => spawnTollgate(RULES, env)))));
+  instances.push(
+    ...(await Promise.all(Array.from({ length: PROCESSES }, () => spawnTollgate(RULES, env)))),
+  );
 }, 60_000);
 
 afterAll(async () => {
@@ -27,7 +30,7 @@ afterAll(async () => {
   expect(exits).toEqual(instances.map(() => 0));
 });
 
-describe.each(['fixed', 'sliding', 'bucket'])('%s across three processes', (key) => {
+describe.each(['fixed', 'sliding', 'bucket'])(`%s across ${PROCESSES} processes`, (key) => {
   it(`allows exactly ${LIMIT} of ${REQUESTS} concurrent requests`, async () => {
     const calls = Array.from({ length: REQUESTS }, (_, i) =>
       callCheck(
