@@ -169,6 +169,17 @@ function clusterBackend(settings: RedisSettings, options: RedisStoreOptions): Sl
   const report = (error: Error) => options.onError?.(classify(error));
   cluster.on('error', report);
   cluster.on('node error', report);
+  // On an ASK redirection ioredis sends ASKING and never looks at its reply. Refused (an ACL user
+  // without +asking), that reply would be an unhandled rejection, which stops a Node process.
+  // Heard here instead, it leaves the call to fail on its redirections like any other.
+  cluster.on('+node', (node: Redis) => {
+    const asking = node.asking.bind(node);
+    node.asking = (...args: Parameters<Redis['asking']>) => {
+      const sent = asking(...args);
+      sent.catch(report);
+      return sent;
+    };
+  });
   cluster.defineCommand('tollgateDecide', { lua: loadDecisionScript() });
   const decide = (cluster as unknown as { tollgateDecide: DecideCommand }).tollgateDecide.bind(
     cluster,

@@ -12,6 +12,7 @@ import {
 } from '../../src/store/script.js';
 import { keySlot } from '../../src/store/slots.js';
 import type { CounterCheck, Store } from '../../src/store/Store.js';
+import type { RateLimitRequestObject } from '../../src/grpc/protos.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { raceRules } from '../support/raceRules.js';
 import {
@@ -415,6 +416,18 @@ describe('exactness across instances', () => {
   );
 });
 
+/** README's least-privilege ACL user, with its additions for Redis Cluster, on every node. */
+async function createAclUser(name: string, withAsking: boolean) {
+  const rules =
+    `SETUSER ${name} on >${name}-secret resetkeys ~tg:* resetchannels -@all ` +
+    '+evalsha +eval +hmget +hset +pexpire +time +ping +del +cluster|slots +cluster|info' +
+    (withAsking ? ' +asking' : '');
+  for (const node of await cluster.nodes()) {
+    await cluster.client(node.port).call('ACL', ...rules.split(' '));
+  }
+  return `${name}:${name}-secret`;
+}
+
 describe('faults under load', () => {
   const LIMIT = 300;
   const requestOf = (tenant: string) => ({
@@ -426,12 +439,15 @@ describe('faults under load', () => {
   const env = { REDIS_TIMEOUT: `${FAULT_TIMEOUT_MS}ms`, OVER_LIMIT_CACHE_SIZE: '0' };
 
   /** Keeps 8 calls in flight around `fault`, which starts once half the limit is used. */
-  async function loadAround(tenant: string, fault: () => Promise<void>) {
-    const client = tollgate!;
+  async function loadAround(
+    tenant: string,
+    fault: () => Promise<void>,
+    check = (request: RateLimitRequestObject) => tollgate!.check(request),
+  ) {
     let oks = 0;
     return underLoad(
       async () => {
-        const answer = codes(await client.check(requestOf(tenant)))[0]!;
+        const answer = codes(await check(requestOf(tenant)))[0]!;
         if (answer === 'OK') oks += 1;
         return answer;
       },
@@ -441,6 +457,35 @@ describe('faults under load', () => {
         await fault();
       },
     );
+  }
+
+  /**
+   * Moves `slot` to another master as `redis-cli --cluster reshard` would: IMPORTING, MIGRATING,
+   * each key on its own (so that for a while the tenant's keys are split between the nodes), then
+   * the new owner.
+   */
+  async function migration(slot: number) {
+    const source = await cluster.masterOf(slot);
+    const target = (await cluster.nodes()).find(
+      (node) => node.role === 'master' && node.id !== source.id,
+    )!;
+    const admin = (port: number, ...args: (string | number)[]) =>
+      cluster.client(port).call(String(args[0]), ...args.slice(1));
+    const run = async () => {
+      await resetStats();
+      await admin(target.port, 'CLUSTER', 'SETSLOT', slot, 'IMPORTING', source.id);
+      await admin(source.port, 'CLUSTER', 'SETSLOT', slot, 'MIGRATING', target.id);
+      const keys = (await admin(source.port, 'CLUSTER', 'GETKEYSINSLOT', slot, 100)) as string[];
+      expect(keys.length).toBe(2);
+      for (const key of keys) {
+        await admin(source.port, 'MIGRATE', '127.0.0.1', target.port, '', 0, 5_000, 'KEYS', key);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      for (const node of [target, source]) {
+        await admin(node.port, 'CLUSTER', 'SETSLOT', slot, 'NODE', target.id);
+      }
+    };
+    return { target, run };
   }
 
   async function expectHealthy(label: string, tenant: string, calls: LoadCall[]) {
@@ -466,29 +511,11 @@ describe('faults under load', () => {
   }
 
   it('migrating the slot of a live tenant answers every call in time and admits no more than the limit', async () => {
-    tollgate = await startOnCluster(env);
+    // As README's least-privilege ACL user for Redis Cluster, which must be able to follow ASK.
+    tollgate = await startOnCluster({ ...env, REDIS_AUTH: await createAclUser('mover', true) });
     const slot = slotOfTenant('moving');
-    const source = await cluster.masterOf(slot);
-    const target = (await cluster.nodes()).find(
-      (node) => node.role === 'master' && node.id !== source.id,
-    )!;
-    const admin = (port: number, ...args: (string | number)[]) =>
-      cluster.client(port).call(String(args[0]), ...args.slice(1));
-    const { calls, window } = await loadAround('moving', async () => {
-      await resetStats();
-      await admin(target.port, 'CLUSTER', 'SETSLOT', slot, 'IMPORTING', source.id);
-      await admin(source.port, 'CLUSTER', 'SETSLOT', slot, 'MIGRATING', target.id);
-      const keys = (await admin(source.port, 'CLUSTER', 'GETKEYSINSLOT', slot, 100)) as string[];
-      expect(keys.length).toBe(2);
-      // One key at a time, so that for a while the tenant's keys are split between the nodes.
-      for (const key of keys) {
-        await admin(source.port, 'MIGRATE', '127.0.0.1', target.port, '', 0, 5_000, 'KEYS', key);
-        await new Promise((resolve) => setTimeout(resolve, 100));
-      }
-      for (const node of [target, source]) {
-        await admin(node.port, 'CLUSTER', 'SETSLOT', slot, 'NODE', target.id);
-      }
-    });
+    const { target, run } = await migration(slot);
+    const { calls, window } = await loadAround('moving', run);
     await expectHealthy('slot migration', 'moving', calls);
     console.log(`slot migration: redirections answered by Redis ${await redirections()}`);
     // Errors, if any, only while the slot moved, and a moment after.
@@ -497,6 +524,35 @@ describe('faults under load', () => {
       expect(call.at).toBeLessThan(window[1] + 500);
     }
     expect((await cluster.masterOf(slot)).id).toBe(target.id);
+    await cluster.settled();
+  }, 60_000);
+
+  it('migrating a slot as an ACL user without +asking fails calls, and never the process', async () => {
+    // ioredis sends ASKING without reading its reply; refused, it must not stop the process.
+    const user = await createAclUser('noasking', false);
+    const spawned = await spawnTollgate(RULES, {
+      ...env,
+      REDIS_TYPE: 'cluster',
+      REDIS_URL: cluster.url,
+      REDIS_AUTH: user,
+    });
+    try {
+      const slot = slotOfTenant('no-asking');
+      const { run } = await migration(slot);
+      const { calls } = await loadAround('no-asking', run, (request) =>
+        callCheck(spawned.client, request),
+      );
+      console.log(loadSummary('slot migration without +asking', calls));
+      const answers = new Set(calls.map((call) => call.answer));
+      expect([...answers].every((a) => ['OK', 'OVER_LIMIT', 'UNAVAILABLE'].includes(a))).toBe(true);
+      expect(Math.max(...calls.map((call) => call.ms))).toBeLessThan(FAULT_TIMEOUT_MS + MARGIN_MS);
+      expect(spawned.child.exitCode).toBeNull();
+      expect(codes(await callCheck(spawned.client, requestOf('no-asking')))[0]).toMatch(
+        /^(OK|OVER_LIMIT)$/,
+      );
+    } finally {
+      expect(await spawned.stop(), spawned.stderr()).toBe(0);
+    }
     await cluster.settled();
   }, 60_000);
 
