@@ -1,6 +1,7 @@
 --[[
-dispatch.lua: decides every counter of one request, all or nothing; or, in refund mode, gives
-back what an earlier call of a multi-slot request consumed.
+dispatch.lua: decides every counter of one request, all or nothing; in batch mode, several
+requests one after another; or, in refund mode, gives back what an earlier call of a multi-slot
+request consumed.
 
 Decide mode
 KEYS[i]  the counter keys, one per distinct counter, all hash-tagged by tenant
@@ -28,6 +29,13 @@ Reply, integers: { allowed, fits_1, remaining_1, reset_ms_1, [kept_1, kept_reset
   kept_i, kept_reset_ms_i   only for part counters: remaining and reset_ms as if not consumed
   now        the time the call decided at (ms), which a refund names
 
+Batch mode: ARGV[1] = 'batch', ARGV[2] = the clock skew tolerated, then per request j: its now
+(or ''), its number of counters n_j, and 6 arguments per counter as above. KEYS holds the
+requests' keys one request after another. Each request is decided as in decide mode, in order,
+so a later request sees what an earlier one consumed; requests made at the same moment on
+different connections are decided in some order too. Reply: { reply_1, reply_2, ... }, each as
+in decide mode. Redis TIME is read once, for every request that passes ''.
+
 Refund mode: ARGV[1] = 'refund', ARGV[2] = the decide call's now, then per key i: algorithm,
 W, L, B and the cost that call consumed. Each algorithm undoes the consumption as far as it still
 can without ever giving back more than it took (see its refund). Reply: { refunded_1, ... }, 1 when
@@ -52,66 +60,90 @@ if ARGV[1] == 'refund' then
   return refunded
 end
 
-local now, slack = tonumber(ARGV[1]), tonumber(ARGV[2])
-if not now then
-  local time = redis.call('TIME')
-  now, slack = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), 0
-end
-
 local SHADOW, QUOTA, OVERDRAW, PART = 1, 2, 4, 8
 local function has(flags, flag)
   return flags % (2 * flag) >= flag
 end
 
-local states, verdicts, enforced, quotas, quota_fits = {}, {}, true, 0, false
-for i = 1, #KEYS do
-  local a = 3 + 6 * (i - 1)
-  local algorithm = ALGORITHMS[tonumber(ARGV[a])]
-  local window, limit, burst = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local cost, flags = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  local state = algorithm.load(KEYS[i], now, window)
-  local fits = algorithm.fits(state, limit, burst, math.max(cost, 1))
-  states[i], verdicts[i] = state, fits
-  if has(flags, SHADOW) then
-    -- outside the gate
-  elseif has(flags, QUOTA) then
-    if not has(flags, PART) then
-      quotas = quotas + 1
-      if fits then quota_fits = true end
+-- Decides one request: its n counters are KEYS[k + 1 .. k + n], and their arguments start at
+-- ARGV[a], 6 per counter. Returns the reply described above.
+local function decide(k, a, n, now, slack)
+  local states, verdicts, enforced, quotas, quota_fits = {}, {}, true, 0, false
+  for i = 1, n do
+    local b = a + 6 * (i - 1)
+    local algorithm = ALGORITHMS[tonumber(ARGV[b])]
+    local window, limit, burst = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+    local cost, flags = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+    local state = algorithm.load(KEYS[k + i], now, window)
+    local fits = algorithm.fits(state, limit, burst, math.max(cost, 1))
+    states[i], verdicts[i] = state, fits
+    if has(flags, SHADOW) then
+      -- outside the gate
+    elseif has(flags, QUOTA) then
+      if not has(flags, PART) then
+        quotas = quotas + 1
+        if fits then quota_fits = true end
+      end
+    elseif not fits then
+      enforced = false
     end
-  elseif not fits then
-    enforced = false
   end
-end
-local allowed = enforced and (quotas == 0 or quota_fits)
+  local allowed = enforced and (quotas == 0 or quota_fits)
 
-local reply = { allowed and 1 or 0 }
-for i = 1, #KEYS do
-  local a = 3 + 6 * (i - 1)
-  local algorithm = ALGORITHMS[tonumber(ARGV[a])]
-  local flags, fits = tonumber(ARGV[a + 5]), verdicts[i]
-  local commit = allowed
-  if has(flags, SHADOW) then
-    commit = fits and true or false
-  elseif has(flags, QUOTA) then
-    commit = allowed and fits and true or false
+  local reply = { allowed and 1 or 0 }
+  for i = 1, n do
+    local b = a + 6 * (i - 1)
+    local algorithm = ALGORITHMS[tonumber(ARGV[b])]
+    local flags, fits = tonumber(ARGV[b + 5]), verdicts[i]
+    local commit = allowed
+    if has(flags, SHADOW) then
+      commit = fits and true or false
+    elseif has(flags, QUOTA) then
+      commit = allowed and fits and true or false
+    end
+    if has(flags, OVERDRAW) then commit = true end
+    local limit, burst, cost = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+    local key, kept, kept_reset = KEYS[k + i], nil, nil
+    -- Settling without committing writes nothing: it is what a denied request reports.
+    if has(flags, PART) then
+      kept, kept_reset = algorithm.settle(key, states[i], limit, burst, cost, fits, false, slack)
+    end
+    local remaining, reset = algorithm.settle(key, states[i], limit, burst, cost, fits, commit,
+      slack)
+    reply[#reply + 1] = verdicts[i] and 1 or 0
+    reply[#reply + 1] = remaining
+    reply[#reply + 1] = reset
+    if kept then
+      reply[#reply + 1] = kept
+      reply[#reply + 1] = kept_reset
+    end
   end
-  if has(flags, OVERDRAW) then commit = true end
-  local limit, burst, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  local kept, kept_reset
-  -- Settling without committing writes nothing: it is what a denied request reports.
-  if has(flags, PART) then
-    kept, kept_reset = algorithm.settle(KEYS[i], states[i], limit, burst, cost, fits, false, slack)
-  end
-  local remaining, reset = algorithm.settle(KEYS[i], states[i], limit, burst, cost, fits, commit,
-    slack)
-  reply[#reply + 1] = verdicts[i] and 1 or 0
-  reply[#reply + 1] = remaining
-  reply[#reply + 1] = reset
-  if kept then
-    reply[#reply + 1] = kept
-    reply[#reply + 1] = kept_reset
-  end
+  reply[#reply + 1] = now
+  return reply
 end
-reply[#reply + 1] = now
-return reply
+
+-- Redis TIME in ms, read once per call: every request of a batch is decided at the same instant.
+local redis_now
+local function clock(given, slack)
+  local now = tonumber(given)
+  if now then return now, slack end
+  if not redis_now then
+    local time = redis.call('TIME')
+    redis_now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  end
+  return redis_now, 0
+end
+
+if ARGV[1] == 'batch' then
+  local slack, replies, k, a = tonumber(ARGV[2]), {}, 0, 3
+  while a <= #ARGV do
+    local now, n = ARGV[a], tonumber(ARGV[a + 1])
+    local at, request_slack = clock(now, slack)
+    replies[#replies + 1] = decide(k, a + 2, n, at, request_slack)
+    k, a = k + n, a + 2 + 6 * n
+  end
+  return replies
+end
+
+local now, slack = clock(ARGV[1], tonumber(ARGV[2]))
+return decide(0, 3, #KEYS, now, slack)

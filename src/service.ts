@@ -68,6 +68,7 @@ export function createService(options: ServiceOptions): Service {
     ? createRedisStore(settings.redis, {
         onError: (error) => logger.debug({ err: error, kind: error.kind }, 'redis connection'),
         clockSkewToleranceMs: settings.clockSkewToleranceMs,
+        batchLimit: settings.redisBatchLimit,
       })
     : createMemoryStore({ clock });
 

@@ -21,6 +21,8 @@ export interface Settings {
   redis: RedisSettings | undefined;
   failureMode: FailureMode;
   clock: 'redis' | 'local';
+  /** The most requests decided in one Redis script call; 1 sends each on its own. */
+  redisBatchLimit: number;
   /** CLOCK=local: how far the clocks of the instances and of Redis may disagree, in ms. */
   clockSkewToleranceMs: number;
   defaultAlgorithm: Algorithm;
@@ -133,6 +135,7 @@ export function readSettings(env: Env = process.env): Settings {
     failureMode: oneOf(env, 'FAILURE_MODE', ['error', 'deny', 'allow'] as const, 'error'),
     clock: oneOf(env, 'CLOCK', ['redis', 'local'] as const, 'redis'),
     clockSkewToleranceMs: duration(env, 'CLOCK_SKEW_TOLERANCE', '5s', 0),
+    redisBatchLimit: integer(env, 'REDIS_BATCH_LIMIT', 16, 1, 1_000),
     defaultAlgorithm: oneOf(env, 'DEFAULT_ALGORITHM', ALGORITHMS, 'sliding_window'),
     cacheKeyPrefix: get('CACHE_KEY_PREFIX', ''),
     shadowMode: boolean(env, 'SHADOW_MODE', false),

@@ -5,8 +5,16 @@ import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { SettingsError, StoreError } from '../errors.js';
 import type { RedisSettings, RedisTls } from '../settings.js';
 import { createClusterStore, type SlotBackend } from './clusterStore.js';
-import type { Store, StoreDecision } from './Store.js';
-import { decideArgs, loadDecisionScript, readDecision, type ScriptArgs } from './script.js';
+import type { Store } from './Store.js';
+import { createBatcher } from './batcher.js';
+import {
+  batchArgs,
+  decideArgs,
+  loadDecisionScript,
+  readBatch,
+  readDecision,
+  type ScriptArgs,
+} from './script.js';
 
 /**
  * The Redis store: one EVALSHA of the decision script per request (see lua/dispatch.lua), on a
@@ -26,6 +34,12 @@ export interface RedisStoreOptions {
    * than their windows (see lua/dispatch.lua). 0 by default.
    */
   clockSkewToleranceMs?: number;
+  /**
+   * REDIS_BATCH_LIMIT: decide calls made in the same event-loop turn go as one script call of at
+   * most this many requests (see batcher.ts). 1, the default here, sends each on its own. Not
+   * for Redis Cluster, whose calls go per slot.
+   */
+  batchLimit?: number;
 }
 
 type DecideCommand = (...args: ScriptArgs) => Promise<unknown>;
@@ -61,18 +75,28 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
   const decide = (redis as unknown as { tollgateDecide: DecideCommand }).tollgateDecide.bind(redis);
   const skewToleranceMs = options.clockSkewToleranceMs ?? 0;
 
-  return {
-    async decide(checks, nowMs): Promise<StoreDecision> {
+  const decideBatched = createBatcher({
+    limit: options.batchLimit ?? 1,
+    async sendOne(checks, nowMs) {
       try {
-        const { allowed, results } = readDecision(
-          await decide(...decideArgs(checks, { nowMs, skewToleranceMs })),
-          checks.length,
-        );
+        const reply = await decide(...decideArgs(checks, { nowMs, skewToleranceMs }));
+        const { allowed, results } = readDecision(reply, checks.length);
         return { allowed, results };
       } catch (error) {
         throw classify(error);
       }
     },
+    async sendBatch(requests) {
+      try {
+        return readBatch(await decide(...batchArgs(requests, skewToleranceMs)), requests);
+      } catch (error) {
+        throw classify(error);
+      }
+    },
+  });
+
+  return {
+    decide: decideBatched,
 
     async reset(keys: readonly string[]) {
       if (keys.length === 0) return 0;

@@ -52,6 +52,12 @@ export function decideArgs(
   const args: ScriptArgs = [checks.length];
   for (const check of checks) args.push(check.key);
   args.push(time.nowMs === undefined ? '' : time.nowMs, time.skewToleranceMs);
+  pushCounters(args, checks, part);
+  return args;
+}
+
+/** The 6 arguments of each counter, as dispatch.lua reads them. */
+function pushCounters(args: ScriptArgs, checks: readonly CounterCheck[], part: boolean): void {
   for (const check of checks) {
     args.push(
       ALGORITHM_CODES[check.algorithm],
@@ -65,7 +71,6 @@ export function decideArgs(
         (part ? PART : 0),
     );
   }
-  return args;
 }
 
 export interface CallDecision extends StoreDecision {
@@ -96,6 +101,37 @@ export function readDecision(reply: unknown, count: number, part = false): CallD
     kept: part ? kept : undefined,
     atMs: numbers[numbers.length - 1] as number,
   };
+}
+
+/** One request of a batch call. */
+export interface BatchedDecide {
+  checks: readonly CounterCheck[];
+  nowMs: number | undefined;
+}
+
+/** A batch call: several requests, each decided in turn, in one script call (see dispatch.lua). */
+export function batchArgs(requests: readonly BatchedDecide[], skewToleranceMs: number): ScriptArgs {
+  let keys = 0;
+  for (const request of requests) keys += request.checks.length;
+  const args: ScriptArgs = [keys];
+  for (const request of requests) for (const check of request.checks) args.push(check.key);
+  args.push('batch', skewToleranceMs);
+  for (const request of requests) {
+    args.push(request.nowMs === undefined ? '' : request.nowMs, request.checks.length);
+    pushCounters(args, request.checks, false);
+  }
+  return args;
+}
+
+/** The replies of a batch call, one per request, in order. */
+export function readBatch(reply: unknown, requests: readonly BatchedDecide[]): StoreDecision[] {
+  if (!Array.isArray(reply) || reply.length !== requests.length) {
+    throw new Error(`ERR unexpected reply from the decision script: ${JSON.stringify(reply)}`);
+  }
+  return requests.map((request, i) => {
+    const { allowed, results } = readDecision(reply[i], request.checks.length);
+    return { allowed, results };
+  });
 }
 
 /** A refund call: gives back each counter's cost, consumed by a decide call at `atMs`. */

@@ -12,6 +12,7 @@ import { startRedis, type TestRedis } from '../support/redis.js';
 
 let redis: TestRedis;
 let store: Store;
+let batchingStore: Store;
 
 beforeAll(async () => {
   redis = await startRedis();
@@ -26,10 +27,24 @@ beforeAll(async () => {
     timeoutMs: 2_000,
   });
   await store.ping();
+  batchingStore = createRedisStore(
+    {
+      type: 'single',
+      host: redis.host,
+      port: redis.port,
+      username: undefined,
+      password: undefined,
+      db: 0,
+      tls: undefined,
+      timeoutMs: 2_000,
+    },
+    { batchLimit: 7 },
+  );
 });
 
 afterAll(async () => {
   await store?.close();
+  await batchingStore?.close();
   await redis?.stop();
 });
 
@@ -50,7 +65,7 @@ const step = fc.record({
 });
 
 describe('the in-memory store and Redis', () => {
-  it('give identical decisions on random traces', async () => {
+  it('give identical decisions on random traces, one by one and in batches', async () => {
     let run = 0;
     await fc.assert(
       fc.asyncProperty(
@@ -62,6 +77,7 @@ describe('the in-memory store and Redis', () => {
           let now = start;
           const memory = createMemoryStore({ clock: () => now });
           try {
+            const trace: { checks: CounterCheck[]; nowMs: number }[] = [];
             for (const { advanceMs, counters, cost } of steps) {
               now += advanceMs;
               const checks: CounterCheck[] = counters.map((i) => {
@@ -86,10 +102,22 @@ describe('the in-memory store and Redis', () => {
                   overdraw: spec.overdraw,
                 };
               });
-              const inMemory = await memory.decide(checks, now);
-              const inRedis = await store.decide(checks, now);
-              expect(inRedis).toEqual(inMemory);
+              trace.push({ checks, nowMs: now });
             }
+            // One after another through each store; and, all at once, through a store that sends
+            // calls made together as batches, which must decide them in the order made.
+            const inMemory = [];
+            for (const { checks, nowMs } of trace)
+              inMemory.push(await memory.decide(checks, nowMs));
+            const inRedis = [];
+            for (const { checks, nowMs } of trace) inRedis.push(await store.decide(checks, nowMs));
+            expect(inRedis).toEqual(inMemory);
+            const written = await redis.client.keys(`eq:{${run}}:*`);
+            if (written.length > 0) await redis.client.del(...written);
+            const batched = await Promise.all(
+              trace.map(({ checks, nowMs }) => batchingStore.decide(checks, nowMs)),
+            );
+            expect(batched).toEqual(inMemory);
           } finally {
             await memory.close();
           }

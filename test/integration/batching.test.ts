@@ -1,0 +1,121 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createRedisStore } from '../../src/store/redisStore.js';
+import type { CounterCheck, Store } from '../../src/store/Store.js';
+import { startRedis, type TestRedis } from '../support/redis.js';
+
+// REDIS_BATCH_LIMIT: decide calls made in the same event-loop turn go to Redis as one script
+// call, of at most that many requests, decided in the order they were made.
+
+let redis: TestRedis;
+beforeAll(async () => {
+  redis = await startRedis();
+});
+afterAll(() => redis?.stop());
+
+function storeWith(batchLimit: number): Store {
+  return createRedisStore(
+    {
+      type: 'single',
+      host: redis.host,
+      port: redis.port,
+      username: undefined,
+      password: undefined,
+      db: 0,
+      tls: undefined,
+      timeoutMs: 2_000,
+    },
+    { batchLimit },
+  );
+}
+
+const counter = (key: string): CounterCheck => ({
+  key,
+  algorithm: 'sliding_window',
+  windowMs: 3_600_000,
+  limit: 50,
+  burst: 50,
+  cost: 1,
+  shadow: false,
+  quota: false,
+  overdraw: false,
+});
+
+async function scriptCalls(): Promise<number> {
+  const stats = await redis.client.info('commandstats');
+  let calls = 0;
+  for (const [, count] of stats.matchAll(/^cmdstat_eval(?:sha)?:calls=(\d+)/gm)) {
+    calls += Number(count);
+  }
+  return calls;
+}
+
+describe.each([
+  { batchLimit: 16, calls: 7 },
+  { batchLimit: 1, calls: 100 },
+])('with REDIS_BATCH_LIMIT=$batchLimit', ({ batchLimit, calls }) => {
+  it(`decides 100 calls made at once in ${calls} script calls, in the order made`, async () => {
+    const store = storeWith(batchLimit);
+    try {
+      await store.ping();
+      await redis.client.config('RESETSTAT');
+      const key = `tg:batch-${batchLimit}`;
+      // Every other call also carries a counter of its own.
+      const decisions = await Promise.all(
+        Array.from({ length: 100 }, (_, i) =>
+          store.decide(i % 2 ? [counter(key), counter(`${key}-${i}`)] : [counter(key)], undefined),
+        ),
+      );
+      expect(await scriptCalls()).toBe(calls);
+      // The first 50 made are the 50 allowed, each seeing what the ones before it consumed.
+      expect(decisions.map((decision) => decision.allowed)).toEqual(
+        Array.from({ length: 100 }, (_, i) => i < 50),
+      );
+      expect(decisions.slice(0, 50).map((decision) => decision.results[0]?.remaining)).toEqual(
+        Array.from({ length: 50 }, (_, i) => 49 - i),
+      );
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe('a batch behind a stalled Redis', () => {
+  it('fails every call in it within the timeout, and the next batch is not held up', async () => {
+    const store = createRedisStore(
+      {
+        type: 'single',
+        host: redis.host,
+        port: redis.port,
+        username: undefined,
+        password: undefined,
+        db: 0,
+        tls: undefined,
+        timeoutMs: 300,
+      },
+      { batchLimit: 16 },
+    );
+    try {
+      await store.ping();
+      const admin = redis.client.duplicate();
+      const sleeping = admin.call('DEBUG', 'SLEEP', '1');
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const timed = async (delayMs: number) => {
+        await new Promise((resolve) => setTimeout(resolve, delayMs));
+        const started = performance.now();
+        const outcomes = await Promise.allSettled(
+          Array.from({ length: 20 }, (_, i) => store.decide([counter(`tg:stall-${i}`)], undefined)),
+        );
+        return { ms: performance.now() - started, outcomes };
+      };
+      const batches = await Promise.all([timed(0), timed(100)]);
+      await sleeping;
+      admin.disconnect();
+      for (const { ms, outcomes } of batches) {
+        expect(outcomes.every((outcome) => outcome.status === 'rejected')).toBe(true);
+        expect(ms).toBeLessThan(300 + 250);
+      }
+    } finally {
+      await store.close();
+    }
+  });
+});
