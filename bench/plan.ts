@@ -1,3 +1,5 @@
+import type { Variant } from './variants.js';
+
 /**
  * How long and how hard each part of the bench runs. `--quick` exists to prove the bench works
  * (in CI, in under three minutes), not to measure: its numbers are indicative only.
@@ -26,6 +28,10 @@ export interface Plan {
   };
   /** Every scenario on each tollgate: one closed-loop run and one run at `rps`. */
   scenarios: { throughputSeconds: number; latencySeconds: number; rps: number };
+  /** The memory figure: a steady rate over `keys` distinct keys, sampled every few seconds. */
+  memory: { seconds: number; rps: number; keys: number; sampleSeconds: number };
+  /** Closed-loop throughput of the Redis store as shipped and with one lever changed. */
+  variants: { variants: Variant[]; seconds: number; rounds: number };
   /** Concurrent requests to one limited key while ghz loads the service. */
   admission: { requests: number; concurrency: number; channels: number; loadSeconds: number };
 }
@@ -63,6 +69,23 @@ export function makePlan(mode: Mode): Plan {
       throughputSeconds: quick ? 1 : 10,
       latencySeconds: quick ? 1 : 15,
       rps: quick ? 2_000 : 5_000,
+    },
+    memory: quick
+      ? { seconds: 3, rps: 1_000, keys: 100_000, sampleSeconds: 1 }
+      : { seconds: 60, rps: 2_000, keys: 100_000, sampleSeconds: 5 },
+    variants: {
+      variants: [
+        { name: 'redis-default', label: 'as shipped', workers: 1, env: {} },
+        { name: 'redis-w2', label: 'WORKERS=2', workers: 2, env: {} },
+        {
+          name: 'redis-unbatched',
+          label: 'REDIS_BATCH_LIMIT=1',
+          workers: 1,
+          env: { REDIS_BATCH_LIMIT: '1' },
+        },
+      ],
+      seconds: quick ? 1 : 10,
+      rounds: quick ? 1 : 3,
     },
     admission: { requests: 4_000, concurrency: 200, channels: 4, loadSeconds: quick ? 2 : 5 },
   };

@@ -41,20 +41,46 @@ export function readStat(pid: number): ProcStat | undefined {
   }
 }
 
-/** CPU seconds of `pid` and its descendants, so node:cluster workers (WORKERS > 1) count too. */
-export function treeCpuSeconds(pid: number): number {
+/** `pid` and its descendants, so that node:cluster workers (WORKERS > 1) count too. */
+function tree(pid: number): { pid: number; stat: ProcStat }[] {
   const stats = new Map<number, ProcStat>();
   for (const name of readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue;
     const stat = readStat(Number(name));
     if (stat) stats.set(Number(name), stat);
   }
-  let total = 0;
+  const found: { pid: number; stat: ProcStat }[] = [];
   const pending = [pid];
   for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
     const current = next;
-    total += stats.get(current)?.cpuSeconds ?? 0;
-    for (const [child, stat] of stats) if (stat.ppid === current) pending.push(child);
+    const stat = stats.get(current);
+    if (stat) found.push({ pid: current, stat });
+    for (const [child, childStat] of stats) if (childStat.ppid === current) pending.push(child);
+  }
+  return found;
+}
+
+/** CPU seconds of `pid` and its descendants. */
+export function treeCpuSeconds(pid: number): number {
+  return tree(pid).reduce((sum, { stat }) => sum + stat.cpuSeconds, 0);
+}
+
+const PAGE_BYTES = (() => {
+  const result = spawnSync('getconf', ['PAGESIZE'], { encoding: 'utf8' });
+  const bytes = Number(result.stdout?.trim());
+  return Number.isFinite(bytes) && bytes > 0 ? bytes : 4096;
+})();
+
+/** Resident set size of `pid` and its descendants, in bytes, from /proc/<pid>/statm. */
+export function treeRssBytes(pid: number): number {
+  let total = 0;
+  for (const { pid: member } of tree(pid)) {
+    try {
+      const resident = Number(readFileSync(`/proc/${member}/statm`, 'utf8').split(' ')[1]);
+      total += resident * PAGE_BYTES;
+    } catch {
+      // Gone since the listing.
+    }
   }
   return total;
 }

@@ -6,6 +6,7 @@ import type { BenchResults } from './results.js';
 const rps = (value: number | null) =>
   value === null ? 'closed' : Math.round(value).toLocaleString('en-US');
 const ms = (value: number | undefined) => (value === undefined ? 'n/a' : value.toFixed(2));
+const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MB`;
 const pct = (value: number | null) => (value === null ? 'n/a' : `${Math.round(value)}%`);
 const calls = (run: RunResult) => (run.redis ? run.redis.scriptCallsPerRequest.toFixed(2) : 'n/a');
 const row = (cells: (string | number)[]) => `| ${cells.join(' | ')} |`;
@@ -236,6 +237,78 @@ export function markdownReport(results: BenchResults, chartFile: string): string
       ]),
     ),
     '',
+    '## Levers',
+    '',
+    `Closed loop as above (${plan.variants.seconds} s runs, ${plan.variants.rounds} rounds alternating with the bare server, ` +
+      'one descriptor): the Redis store as shipped, and with one setting changed. tollgate CPU counts every process: ' +
+      `a primary and its workers too. This machine has ${machine.cores} cores, which ghz, Redis and tollgate share.`,
+    '',
+    ...header([
+      'variant',
+      'runs (req/s)',
+      'median req/s',
+      '÷ bare',
+      'Redis calls/req',
+      'tollgate CPU',
+      'Redis CPU',
+      'ghz CPU',
+    ]),
+    ...results.variants.variants.map((variant) => {
+      const runs = results.variants.runs.filter((run) => run.service === variant.name);
+      const redisCpu = runs.map((run) => run.cpu.redis ?? 0);
+      return row([
+        variant.label,
+        variant.runsRps.map(rps).join(', '),
+        rps(variant.medianRps),
+        variant.ratioToBare.toFixed(2),
+        runs[0] ? calls(runs[0]) : 'n/a',
+        pct(variant.cpu.service),
+        pct(mean(redisCpu)),
+        pct(variant.cpu.ghz),
+      ]);
+    }),
+    '',
+    '## Memory',
+    '',
+    'A steady rate over distinct keys of their own (each key a sliding window of an hour, so none ' +
+      "expires during the run). RSS counts all of tollgate's processes; Redis's figures are from INFO.",
+    '',
+    ...header([
+      'service',
+      'seconds',
+      'offered',
+      'achieved',
+      'distinct keys',
+      'RSS before',
+      'RSS after',
+      'RSS max',
+      'Redis keys gained',
+      'Redis used_memory gained',
+      'per key',
+    ]),
+    ...results.memory.map((run) =>
+      row([
+        run.service,
+        run.seconds.toFixed(0),
+        rps(run.offeredRps),
+        rps(run.achievedRps),
+        run.distinctKeys.toLocaleString('en-US'),
+        mb(run.rssBytes.before),
+        mb(run.rssBytes.after),
+        mb(run.rssBytes.max),
+        run.redis ? (run.redis.keysAfter - run.redis.keysBefore).toLocaleString('en-US') : 'n/a',
+        run.redis ? mb(run.redis.usedBytesAfter - run.redis.usedBytesBefore) : 'n/a',
+        run.redis
+          ? `${Math.round(run.redis.bytesPerKey)} B`
+          : `${Math.round((run.rssBytes.after - run.rssBytes.before) / run.distinctKeys)} B of RSS`,
+      ]),
+    ),
+    '',
+    ...results.memory.flatMap((run) => [
+      `RSS of ${run.service} over the run: ` +
+        run.samples.map((sample) => `${sample.atSeconds} s ${mb(sample.rssBytes)}`).join(', '),
+      '',
+    ]),
   );
   return lines.join('\n');
 }

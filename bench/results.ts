@@ -1,5 +1,7 @@
 import type { AdmissionResult } from './admission.js';
 import type { Machine } from './machine.js';
+import type { MemoryRun } from './memory.js';
+import type { VariantResult } from './variants.js';
 import type { RunResult } from './measure.js';
 import { BREAK, type Plan } from './plan.js';
 import type { LatencySeries, ScenarioRuns, ThroughputService } from './series.js';
@@ -19,6 +21,8 @@ export interface BenchResults {
   latency: LatencySeries[];
   scenarios: ScenarioRuns[];
   admission: AdmissionResult[];
+  variants: { runs: RunResult[]; variants: VariantResult[] };
+  memory: MemoryRun[];
   targets: Target[];
 }
 
@@ -45,10 +49,12 @@ export function judgeTargets(results: Omit<BenchResults, 'targets'>): Target[] {
   return [
     {
       name: 'Redis calls per request',
-      target: '1.00',
+      target: '≤ 1.00',
       value: worstCalls,
-      met: Math.abs(worstCalls - 1) < 0.005,
-      note: 'the most among the Redis runs of every allowed scenario (the abusive one is left out)',
+      met: worstCalls <= 1.005,
+      note:
+        'the most among the Redis runs of every allowed scenario (the abusive one is left out); ' +
+        'under 1 when calls made together are batched',
     },
     {
       name: 'throughput, Redis store ÷ bare',
@@ -107,6 +113,22 @@ export function missingFields(results: BenchResults): string[] {
   for (const run of results.scenarios) {
     checkRun(`scenarios.${run.scenario}.${run.service}.throughput`, run.throughput);
     checkRun(`scenarios.${run.scenario}.${run.service}.latency`, run.latency);
+  }
+  results.variants.runs.forEach((run, i) => checkRun(`variants.runs[${i}]`, run));
+  for (const variant of results.variants.variants) {
+    number(`variants.${variant.name}.medianRps`, variant.medianRps);
+    number(`variants.${variant.name}.ratioToBare`, variant.ratioToBare);
+  }
+  if (!results.variants.variants.some((variant) => variant.workers > 1)) {
+    problems.push('variants: no run with WORKERS > 1');
+  }
+  if (results.memory.length === 0) problems.push('memory: not run');
+  for (const run of results.memory) {
+    if (run.requests <= 0) problems.push(`memory.${run.service}: no requests`);
+    number(`memory.${run.service}.rssBytes.before`, run.rssBytes.before);
+    number(`memory.${run.service}.rssBytes.after`, run.rssBytes.after);
+    if (run.samples.length < 2) problems.push(`memory.${run.service}: fewer than 2 samples`);
+    if (run.service === 'redis') number(`memory.redis.bytesPerKey`, run.redis?.bytesPerKey);
   }
   if (results.admission.length === 0) problems.push('admission: not run');
   for (const check of results.admission)

@@ -10,9 +10,11 @@ import { describeMachine, finishMachine } from './machine.js';
 import type { Measured } from './measure.js';
 import { BREAK, makePlan } from './plan.js';
 import { markdownReport } from './report.js';
+import { runMemory } from './memory.js';
 import { judgeTargets, missingFields, type BenchResults } from './results.js';
 import { log, runLatency, runScenarios, runThroughput } from './series.js';
 import { startBare, startRedis, startTollgate, type RedisServer } from './services.js';
+import { runVariants } from './variants.js';
 
 /**
  * The bench, run by `npm run bench` (scripts/bench.mjs builds it and ghz first). Usage:
@@ -87,6 +89,17 @@ async function main(): Promise<number> {
       admission.push(await checkAdmission(service, ghz, plan.admission));
     }
 
+    const variants = await runVariants(ghz, bare, redis, repoRoot, {
+      ...plan.variants,
+      concurrency: plan.throughput.concurrency,
+      connections: plan.throughput.connections,
+    });
+    const memory = [];
+    for (const target of tollgates) {
+      log(`memory: ${target.service.name}, ${plan.memory.seconds} s at ${plan.memory.rps} req/s`);
+      memory.push(await runMemory(ghz, target, plan.memory));
+    }
+
     const partial = {
       name,
       mode: plan.mode,
@@ -105,6 +118,8 @@ async function main(): Promise<number> {
       latency,
       scenarios,
       admission,
+      variants,
+      memory,
     };
     const results: BenchResults = { ...partial, targets: judgeTargets(partial) };
     const base = join(repoRoot, 'bench', 'results', name);

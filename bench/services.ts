@@ -4,12 +4,13 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { track } from './children.js';
+import { stopChild, track } from './children.js';
 import { waitUntilAnswering } from './rlsClient.js';
 import { READY_REQUEST, RULES_YAML } from './scenarios.js';
 
 /** The processes under test, each started here on a free port of 127.0.0.1. */
-export type ServiceName = 'bare' | 'redis' | 'memory';
+/** `redis-NAME`: the Redis store with a setting changed, for the levers (bench/variants.ts). */
+export type ServiceName = 'bare' | 'redis' | 'memory' | `redis-${string}`;
 
 export interface Service {
   name: ServiceName;
@@ -20,6 +21,8 @@ export interface Service {
   httpUrl?: string;
   /** The settings it was started with, for the report. */
   settings: Record<string, string>;
+  /** Stops it before the end of the run; every process is stopped at the end anyway. */
+  stop?: () => Promise<void>;
 }
 
 export interface RedisServer {
@@ -85,9 +88,11 @@ export async function startRedis(): Promise<RedisServer> {
 
 export interface TollgateOptions {
   repoRoot: string;
-  name: 'redis' | 'memory';
+  name: Exclude<ServiceName, 'bare'>;
   redisUrl?: string;
   workers: number;
+  /** Settings beside the bench's own, e.g. `{ REDIS_BATCH_LIMIT: '1' }`. */
+  env?: Record<string, string>;
 }
 
 export async function startTollgate(options: TollgateOptions): Promise<Service> {
@@ -101,6 +106,7 @@ export async function startTollgate(options: TollgateOptions): Promise<Service> 
       ? // Generous: on two shared cores a scheduling hiccup must not read as a store failure.
         { REDIS_URL: options.redisUrl, REDIS_TIMEOUT: '100ms', WORKERS: String(options.workers) }
       : {}),
+    ...options.env,
   };
   // Only these variables: a stray SHADOW_MODE or OTEL_* in the caller's shell would change what
   // is measured.
@@ -117,10 +123,13 @@ export async function startTollgate(options: TollgateOptions): Promise<Service> 
   const { child, stderr } = launch(process.execPath, [main], env);
   const address = `127.0.0.1:${grpcPort}`;
   await waitUntilAnswering(address, READY_REQUEST, child, stderr);
-  const title = options.redisUrl ? 'tollgate, Redis store' : 'tollgate, in-memory store';
+  const title = options.redisUrl
+    ? `tollgate, Redis store${options.name === 'redis' ? '' : ` (${options.name})`}`
+    : 'tollgate, in-memory store';
   return {
     name: options.name,
     title,
+    stop: () => stopChild(child),
     address,
     pid: pidOf(child),
     httpUrl: `http://127.0.0.1:${httpPort}`,

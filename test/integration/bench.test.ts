@@ -1,7 +1,8 @@
+import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { latencyChart } from '../../bench/chart.js';
 import type { RunResult } from '../../bench/measure.js';
-import { parseStat, treeCpuSeconds } from '../../bench/procstat.js';
+import { parseStat, treeCpuSeconds, treeRssBytes } from '../../bench/procstat.js';
 import { breakReasons } from '../../bench/series.js';
 import { RULES_YAML, SCENARIOS } from '../../bench/scenarios.js';
 import { startTollgate, type Tollgate } from '../support/tollgate.js';
@@ -72,6 +73,14 @@ describe("the bench's judgements", () => {
     const stat = parseStat('42 (a (b) c) S 7 42 42 0 -1 4194560 1 0 0 0 150 50 30 20 20 0');
     expect(stat).toEqual({ ppid: 7, cpuSeconds: 2, childrenCpuSeconds: 0.5 });
     expect(treeCpuSeconds(process.pid)).toBeGreaterThan(0);
+  });
+
+  it('reads resident memory from /proc, as the kernel reports it for this process', () => {
+    const status = readFileSync('/proc/self/status', 'utf8');
+    const kernelKb = Number(/^VmRSS:\s+(\d+) kB/m.exec(status)?.[1]);
+    const rss = treeRssBytes(process.pid);
+    // The two reads are a moment apart, and the process may allocate in between.
+    expect(Math.abs(rss / 1024 - kernelKb)).toBeLessThan(kernelKb * 0.1);
   });
 
   it('draws one line per service, a point per tier and the target', () => {
