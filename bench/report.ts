@@ -240,7 +240,7 @@ export function markdownReport(results: BenchResults, chartFile: string): string
     '## Levers',
     '',
     `Closed loop as above (${plan.variants.seconds} s runs, ${plan.variants.rounds} rounds alternating with the bare server, ` +
-      'one descriptor): the Redis store as shipped, and with one setting changed. tollgate CPU counts every process: ' +
+      'one descriptor; the scenario is the headline one unless named): the Redis store as shipped, and with one setting changed. tollgate CPU counts every process: ' +
       `a primary and its workers too. This machine has ${machine.cores} cores, which ghz, Redis and tollgate share.`,
     '',
     ...header([
@@ -258,6 +258,7 @@ export function markdownReport(results: BenchResults, chartFile: string): string
       const redisCpu = runs.map((run) => run.cpu.redis ?? 0);
       return row([
         variant.label,
+        variant.scenario,
         variant.runsRps.map(rps).join(', '),
         rps(variant.medianRps),
         variant.ratioToBare.toFixed(2),
@@ -300,7 +301,7 @@ export function markdownReport(results: BenchResults, chartFile: string): string
         run.redis ? mb(run.redis.usedBytesAfter - run.redis.usedBytesBefore) : 'n/a',
         run.redis
           ? `${Math.round(run.redis.bytesPerKey)} B`
-          : `${Math.round((run.rssBytes.after - run.rssBytes.before) / run.distinctKeys)} B of RSS`,
+          : `${Math.round((run.rssBytes.after - run.rssBytes.before) / Math.min(run.requests, run.distinctKeys))} B of RSS`,
       ]),
     ),
     '',

@@ -1,7 +1,7 @@
 import type { Ghz } from './ghz.js';
 import { measure, type Measured, type RunResult } from './measure.js';
 import type { Plan } from './plan.js';
-import { HEADLINE } from './scenarios.js';
+import { HEADLINE, SCENARIOS } from './scenarios.js';
 import { log } from './series.js';
 import { startTollgate, type RedisServer, type Service } from './services.js';
 
@@ -18,11 +18,14 @@ export interface Variant {
   label: string;
   workers: number;
   env: Record<string, string>;
+  /** The scenario it runs, when not the headline one (bench/scenarios.ts). */
+  scenario?: string;
 }
 
 export interface VariantResult {
   name: string;
   label: string;
+  scenario: string;
   workers: number;
   runsRps: number[];
   medianRps: number;
@@ -38,6 +41,12 @@ export async function runVariants(
   repoRoot: string,
   plan: Plan['variants'] & { concurrency: number; connections: number },
 ): Promise<{ runs: RunResult[]; variants: VariantResult[] }> {
+  const scenarioOf = (service: string) => {
+    const wanted = plan.variants.find((variant) => variant.name === service)?.scenario;
+    const found = SCENARIOS.find((scenario) => scenario.name === wanted);
+    if (wanted && !found) throw new Error(`variant ${service}: no scenario '${wanted}'`);
+    return found ?? HEADLINE;
+  };
   const started: Service[] = [];
   try {
     for (const variant of plan.variants) {
@@ -65,7 +74,7 @@ export async function runVariants(
     for (let round = 1; round <= plan.rounds; round += 1) {
       for (const target of targets) {
         log(`levers round ${round}/${plan.rounds}: ${target.service.name}`);
-        runs.push(await measure(ghz, target, HEADLINE, load));
+        runs.push(await measure(ghz, target, scenarioOf(target.service.name), load));
       }
     }
     const of = (name: string) => runs.filter((run) => run.service === name);
@@ -73,11 +82,13 @@ export async function runVariants(
     const bareRps = median(of('bare').map((run) => run.achievedRps));
     const mean = (values: number[]) => values.reduce((sum, v) => sum + v, 0) / values.length;
     const variants = plan.variants.map(({ name, label, workers }) => {
+      const scenario = scenarioOf(name).name;
       const mine = of(name);
       const rps = mine.map((run) => run.achievedRps);
       return {
         name,
         label,
+        scenario,
         workers,
         runsRps: rps,
         medianRps: median(rps),
