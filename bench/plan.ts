@@ -84,6 +84,19 @@ export function makePlan(mode: Mode): Plan {
           env: { REDIS_BATCH_LIMIT: '1' },
         },
         {
+          name: 'redis-batch64',
+          label: 'REDIS_BATCH_LIMIT=64',
+          workers: 1,
+          env: { REDIS_BATCH_LIMIT: '64' },
+        },
+        {
+          name: 'redis-unix',
+          label: 'REDIS_URL=unix://… (Redis over its Unix socket)',
+          workers: 1,
+          env: {},
+          unixSocket: true,
+        },
+        {
           name: 'redis-semispace',
           label: 'NODE_OPTIONS=--max-semi-space-size=64',
           workers: 1,

@@ -27,6 +27,8 @@ export interface Service {
 
 export interface RedisServer {
   url: string;
+  /** The same server's Unix socket, for the lever that uses it. */
+  unixSocket: string;
   pid: number;
   /** The harness's own connection, for INFO; never the one under test. */
   client: Redis;
@@ -60,7 +62,9 @@ function pidOf(child: ChildProcess): number {
 export async function startRedis(): Promise<RedisServer> {
   const port = await freePort();
   // No persistence: a snapshot or an fsync in the middle of a run would be measured too.
+  const unixSocket = join(mkdtempSync(join(tmpdir(), 'tollgate-bench-redis-')), 'redis.sock');
   const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'];
+  args.push('--unixsocket', unixSocket, '--unixsocketperm', '700');
   const { child, stderr } = launch('redis-server', args);
   child.once('error', () => {});
   const deadline = Date.now() + 10_000;
@@ -75,7 +79,7 @@ export async function startRedis(): Promise<RedisServer> {
     try {
       await client.connect();
       await client.ping();
-      return { url: `redis://127.0.0.1:${port}`, pid: pidOf(child), client };
+      return { url: `redis://127.0.0.1:${port}`, unixSocket, pid: pidOf(child), client };
     } catch (error) {
       client.disconnect();
       if (Date.now() > deadline || child.exitCode !== null) {

@@ -20,6 +20,8 @@ export interface Variant {
   env: Record<string, string>;
   /** The scenario it runs, when not the headline one (bench/scenarios.ts). */
   scenario?: string;
+  /** Reach Redis over its Unix socket instead of TCP. */
+  unixSocket?: boolean;
 }
 
 export interface VariantResult {
@@ -54,7 +56,7 @@ export async function runVariants(
         await startTollgate({
           repoRoot,
           name: variant.name,
-          redisUrl: redis.url,
+          redisUrl: variant.unixSocket ? `unix://${redis.unixSocket}` : redis.url,
           workers: variant.workers,
           env: variant.env,
         }),

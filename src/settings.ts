@@ -85,6 +85,8 @@ export interface RedisSettings {
   /** `single`: the server. `sentinel` and `cluster`: the first of `nodes`. */
   host: string;
   port: number;
+  /** `single` only: the server's Unix socket, used instead of host and port. */
+  path?: string;
   /** `sentinel`: the sentinels. `cluster`: the nodes to learn the slot map from; any will do. */
   nodes?: RedisNode[];
   /** `sentinel`: the name the sentinels know the master by. */
@@ -218,8 +220,12 @@ function readRedis(env: Env): RedisSettings | undefined {
     clientKeyPath: optional(env, 'REDIS_TLS_CLIENT_KEY'),
     skipHostnameVerification: boolean(env, 'REDIS_TLS_SKIP_HOSTNAME_VERIFICATION', false),
   };
+  const socketType = oneOf(env, 'REDIS_SOCKET_TYPE', ['tcp', 'unix'] as const, 'tcp', true);
   const url = env.REDIS_URL;
   if (!url) return undefined;
+  if (type !== 'single' && (socketType === 'unix' || /^unix:/i.test(url))) {
+    throw new SettingsError(`REDIS_URL: a Unix socket needs REDIS_TYPE=single ('${url}')`);
+  }
   const [authUser, authPassword] = splitAuth(env.REDIS_AUTH);
   const common = (given: Credentials) => ({
     username: given.username ?? authUser,
@@ -264,6 +270,11 @@ function readRedis(env: Env): RedisSettings | undefined {
   }
   if (url.includes(',')) {
     throw new SettingsError(`REDIS_URL: a list of nodes needs REDIS_TYPE=cluster ('${url}')`);
+  }
+  if (socketType === 'unix' || /^unix:/i.test(url)) {
+    const { path, db } = parseUnixUrl(url);
+    const credentials = { username: undefined, password: undefined, tls: false };
+    return { type, host: 'localhost', port: 0, path, db, ...common(credentials) };
   }
   const node = parseNodeUrl(url, url, 'single');
   return { type, host: node.host, port: node.port, db: node.db, ...common(node) };
@@ -314,6 +325,21 @@ function parseNodeUrl(text: string, url: string, type: 'single' | 'cluster'): Pa
     password: decodeURIComponent(parsed.password) || undefined,
     tls: parsed.protocol === 'rediss:',
   };
+}
+
+/**
+ * A Unix socket: `unix:///run/redis.sock`, `unix:/run/redis.sock`, optionally with `?db=N`, or
+ * (the reference's form, with REDIS_SOCKET_TYPE=unix) the bare path.
+ */
+function parseUnixUrl(url: string): { path: string; db: number } {
+  // unix:///path (an empty authority) or unix:/path; never unix://host/...
+  const match = /^(?:unix:\/\/(?=\/)|unix:(?=\/[^/])|(?=\/))(\/[^?]*)(?:\?db=(\d+))?$/i.exec(url);
+  if (!match) {
+    throw new SettingsError(
+      `REDIS_URL: '${url}' is not a Unix socket such as unix:///run/redis.sock[?db=N]`,
+    );
+  }
+  return { path: decodeURIComponent(match[1] as string), db: Number(match[2] ?? 0) };
 }
 
 /**

@@ -124,8 +124,9 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
 
 function singleOptions(settings: RedisSettings): RedisOptions {
   return {
-    host: settings.host,
-    port: settings.port,
+    ...(settings.path === undefined
+      ? { host: settings.host, port: settings.port }
+      : { path: settings.path }),
     username: settings.username,
     password: settings.password,
     db: settings.db,

@@ -1,5 +1,8 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Redis } from 'ioredis';
 
 /**
@@ -11,6 +14,8 @@ export interface TestRedis {
   host: string;
   port: number;
   url: string;
+  /** The Unix socket it also listens on (spawned servers only). */
+  unixSocket?: string;
   /** A plain client for assertions (not the one under test). */
   client: Redis;
   /** Kills the server (SIGKILL), as a crash would. */
@@ -42,6 +47,7 @@ export async function startRedis(): Promise<TestRedis> {
 
 async function spawnRedis(): Promise<TestRedis> {
   const port = await freePort();
+  const unixSocket = join(mkdtempSync(join(tmpdir(), 'tollgate-redis-')), 'redis.sock');
   let child: ChildProcess | undefined;
 
   const launch = async () => {
@@ -54,6 +60,10 @@ async function spawnRedis(): Promise<TestRedis> {
         'no',
         '--logfile',
         '',
+        '--unixsocket',
+        unixSocket,
+        '--unixsocketperm',
+        '700',
       ]),
       { stdio: 'ignore' },
     );
@@ -80,6 +90,7 @@ async function spawnRedis(): Promise<TestRedis> {
     host: '127.0.0.1',
     port,
     url: `redis://127.0.0.1:${port}`,
+    unixSocket,
     client,
     kill,
     restart: async () => {

@@ -370,6 +370,46 @@ describe('REDIS_TYPE=single', () => {
   });
 });
 
+describe('a Redis Unix socket', () => {
+  it.each([
+    [{ REDIS_URL: 'unix:///run/redis/redis.sock' }, '/run/redis/redis.sock', 0],
+    [{ REDIS_URL: 'unix:/run/redis.sock?db=3' }, '/run/redis.sock', 3],
+    [
+      { REDIS_URL: '/var/run/nutcracker/ratelimit.sock', REDIS_SOCKET_TYPE: 'unix' },
+      '/var/run/nutcracker/ratelimit.sock',
+      0,
+    ],
+  ])('reads %o', (env, path, db) => {
+    expect(readSettings(env).redis).toMatchObject({ type: 'single', path, db });
+  });
+
+  it('takes credentials from REDIS_AUTH', () => {
+    const env = { REDIS_URL: 'unix:///run/redis.sock', REDIS_AUTH: 'user:secret' };
+    expect(readSettings(env).redis).toMatchObject({ username: 'user', password: 'secret' });
+  });
+
+  it.each([
+    [
+      { REDIS_URL: 'unix://relative.sock' },
+      "REDIS_URL: 'unix://relative.sock' is not a Unix socket such as unix:///run/redis.sock[?db=N]",
+    ],
+    [
+      { REDIS_URL: 'h:1', REDIS_SOCKET_TYPE: 'unix' },
+      "REDIS_URL: 'h:1' is not a Unix socket such as unix:///run/redis.sock[?db=N]",
+    ],
+    [
+      { REDIS_URL: 'h:1', REDIS_SOCKET_TYPE: 'pipe' },
+      "REDIS_SOCKET_TYPE: 'pipe' is not one of tcp, unix",
+    ],
+    [
+      { REDIS_URL: 'unix:///run/redis.sock', REDIS_TYPE: 'cluster' },
+      "REDIS_URL: a Unix socket needs REDIS_TYPE=single ('unix:///run/redis.sock')",
+    ],
+  ])('rejects %o', (env, message) => {
+    expect(failure(env).message).toBe(message);
+  });
+});
+
 describe('the rules location', () => {
   it("uses the reference's RUNTIME_ROOT layout when CONFIG_PATH is unset", () => {
     const env = {
