@@ -1,11 +1,13 @@
 import type { AdmissionResult } from './admission.js';
 import type { RunResult } from './measure.js';
 import type { BenchResults } from './results.js';
+import { HEADLINE } from './scenarios.js';
 
 /** The Markdown report of one bench run: the targets first, then every table behind them. */
 const rps = (value: number | null) =>
   value === null ? 'closed' : Math.round(value).toLocaleString('en-US');
 const ms = (value: number | undefined) => (value === undefined ? 'n/a' : value.toFixed(2));
+const HEADLINE_NAME = HEADLINE.name;
 const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MB`;
 const pct = (value: number | null) => (value === null ? 'n/a' : `${Math.round(value)}%`);
 const calls = (run: RunResult) => (run.redis ? run.redis.scriptCallsPerRequest.toFixed(2) : 'n/a');
@@ -245,6 +247,7 @@ export function markdownReport(results: BenchResults, chartFile: string): string
     '',
     ...header([
       'variant',
+      'scenario',
       'runs (req/s)',
       'median req/s',
       '÷ bare',
@@ -253,6 +256,22 @@ export function markdownReport(results: BenchResults, chartFile: string): string
       'Redis CPU',
       'ghz CPU',
     ]),
+    (() => {
+      const bareRuns = results.variants.runs.filter((run) => run.service === 'bare');
+      const bareRps = bareRuns.map((run) => run.achievedRps);
+      const middle = [...bareRps].sort((a, b) => a - b)[bareRps.length >> 1] ?? NaN;
+      return row([
+        'bare grpc-js (the ÷ bare of these rows)',
+        HEADLINE_NAME,
+        bareRps.map(rps).join(', '),
+        rps(middle),
+        '1.00',
+        'n/a',
+        pct(mean(bareRuns.map((run) => run.cpu.service))),
+        'n/a',
+        pct(mean(bareRuns.map((run) => run.cpu.ghz))),
+      ]);
+    })(),
     ...results.variants.variants.map((variant) => {
       const runs = results.variants.runs.filter((run) => run.service === variant.name);
       const redisCpu = runs.map((run) => run.cpu.redis ?? 0);

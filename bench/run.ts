@@ -1,4 +1,5 @@
-import { renameSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -7,10 +8,12 @@ import { latencyChart } from './chart.js';
 import { killAllNow, stopAll } from './children.js';
 import { createGhz } from './ghz.js';
 import { describeMachine, finishMachine } from './machine.js';
-import type { Measured } from './measure.js';
+import { measure, type Measured } from './measure.js';
 import { BREAK, makePlan } from './plan.js';
 import { markdownReport } from './report.js';
 import { runMemory } from './memory.js';
+import { readProfile, summarizeProfile } from './profile.js';
+import { HEADLINE, SCENARIOS } from './scenarios.js';
 import { judgeTargets, missingFields, type BenchResults } from './results.js';
 import { log, runLatency, runScenarios, runThroughput } from './series.js';
 import { startBare, startRedis, startTollgate, type RedisServer } from './services.js';
@@ -20,6 +23,8 @@ import { runVariants } from './variants.js';
  * The bench, run by `npm run bench` (scripts/bench.mjs builds it and ghz first). Usage:
  *   npm run bench [-- --quick] [--out NAME] [--workers N]
  * Writes bench/results/NAME.{json,md,svg}; NAME defaults to latest-full or latest-quick.
+ *   npm run bench -- --profile [--scenario NAME]
+ * Writes bench/results/profile-SCENARIO.{md,json}: where tollgate's CPU goes (see profileRun).
  */
 const benchDir = dirname(fileURLToPath(import.meta.url));
 // Compiled to .cache/bench/bench/: the repository is three levels up.
@@ -30,6 +35,8 @@ const { values } = parseArgs({
     quick: { type: 'boolean', default: false },
     out: { type: 'string' },
     workers: { type: 'string', default: '1' },
+    profile: { type: 'boolean', default: false },
+    scenario: { type: 'string' },
   },
 });
 const plan = makePlan(values.quick ? 'quick' : 'full');
@@ -142,4 +149,82 @@ async function main(): Promise<number> {
   }
 }
 
-process.exitCode = await main();
+/**
+ * `--profile [--scenario NAME]`: tollgate on Redis under `node --cpu-prof`, loaded closed-loop as
+ * in the throughput runs, then where its CPU went, into bench/results/profile-SCENARIO.md.
+ */
+async function profileRun(): Promise<number> {
+  const scenario = SCENARIOS.find(
+    (candidate) => candidate.name === (values.scenario ?? HEADLINE.name),
+  );
+  if (!scenario) throw new Error(`--scenario: one of ${SCENARIOS.map((s) => s.name).join(', ')}`);
+  const ghz = createGhz(ghzBinary!, repoRoot);
+  const machine = describeMachine(process.env.BENCH_GHZ_VERSION ?? 'unknown');
+  const profileDir = mkdtempSync(join(tmpdir(), 'tollgate-profile-'));
+  let redis: RedisServer | undefined;
+  try {
+    redis = await startRedis();
+    const service = await startTollgate({
+      repoRoot,
+      name: 'redis',
+      redisUrl: redis.url,
+      workers: 1,
+      nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${profileDir}`],
+    });
+    const load = {
+      concurrency: plan.throughput.concurrency,
+      connections: plan.throughput.connections,
+      timeoutMs: 5_000,
+    };
+    log(`profiling ${scenario.name}: ${plan.throughput.seconds} s closed loop after a warm-up`);
+    await ghz.run({
+      ...load,
+      seconds: plan.throughput.warmupSeconds,
+      address: service.address,
+      request: scenario.request,
+    });
+    const run = await measure(ghz, { service, redis }, scenario, {
+      ...load,
+      seconds: plan.throughput.seconds,
+    });
+    await service.stop?.();
+    const summary = summarizeProfile(readProfile(profileDir));
+    const percent = (value: number) => `${value.toFixed(1)}%`;
+    const text = [
+      `# Where tollgate's CPU goes: ${scenario.name}`,
+      '',
+      `\`${process.env.BENCH_COMMAND ?? 'npm run bench -- --profile'}\`, ${new Date().toISOString()}. ` +
+        `tollgate on Redis (\`node --cpu-prof dist/main.js\`), ghz closed loop: ${load.concurrency} concurrent calls on ${load.connections} connections, ` +
+        `${plan.throughput.seconds} s after a ${plan.throughput.warmupSeconds} s warm-up (which the profile includes). ` +
+        `${Math.round(run.achievedRps).toLocaleString('en-US')} req/s, ${run.redis?.scriptCallsPerRequest.toFixed(2) ?? 'n/a'} Redis calls per request. ` +
+        `Machine: ${machine.cpuModel}, ${machine.cores} cores, load average ${machine.loadAverage.start.toFixed(2)} at the start.`,
+      '',
+      `Self time by owner, in % of the ${summary.busySeconds.toFixed(1)} s the process was busy:`,
+      '',
+      '| owner | share |',
+      '| --- | --- |',
+      ...summary.owners.map(({ owner, percent: p }) => `| ${owner} | ${percent(p)} |`),
+      '',
+      'The functions with the most self time:',
+      '',
+      '| function | share |',
+      '| --- | --- |',
+      ...summary.functions.map(({ name, percent: p }) => `| \`${name}\` | ${percent(p)} |`),
+      '',
+    ].join('\n');
+    const base = join(repoRoot, 'bench', 'results', `profile-${scenario.name}`);
+    writeAtomically(`${base}.md`, text);
+    writeAtomically(
+      `${base}.json`,
+      `${JSON.stringify({ scenario: scenario.name, run, summary }, null, 2)}\n`,
+    );
+    log(`wrote bench/results/profile-${scenario.name}.md and .json`);
+    return 0;
+  } finally {
+    redis?.client.disconnect();
+    await stopAll();
+    rmSync(profileDir, { recursive: true, force: true });
+  }
+}
+
+process.exitCode = values.profile ? await profileRun() : await main();

@@ -97,6 +97,8 @@ export interface TollgateOptions {
   workers: number;
   /** Settings beside the bench's own, e.g. `{ REDIS_BATCH_LIMIT: '1' }`. */
   env?: Record<string, string>;
+  /** Node's own flags, e.g. `--cpu-prof`. */
+  nodeArgs?: string[];
 }
 
 export async function startTollgate(options: TollgateOptions): Promise<Service> {
@@ -124,7 +126,7 @@ export async function startTollgate(options: TollgateOptions): Promise<Service> 
     ...settings,
   };
   const main = join(options.repoRoot, 'dist', 'main.js');
-  const { child, stderr } = launch(process.execPath, [main], env);
+  const { child, stderr } = launch(process.execPath, [...(options.nodeArgs ?? []), main], env);
   const address = `127.0.0.1:${grpcPort}`;
   await waitUntilAnswering(address, READY_REQUEST, child, stderr);
   const title = options.redisUrl

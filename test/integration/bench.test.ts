@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { latencyChart } from '../../bench/chart.js';
 import type { RunResult } from '../../bench/measure.js';
 import { parseStat, treeCpuSeconds, treeRssBytes } from '../../bench/procstat.js';
+import { summarizeProfile } from '../../bench/profile.js';
 import { breakReasons } from '../../bench/series.js';
 import { RULES_YAML, SCENARIOS } from '../../bench/scenarios.js';
 import { startTollgate, type Tollgate } from '../support/tollgate.js';
@@ -73,6 +74,27 @@ describe("the bench's judgements", () => {
     const stat = parseStat('42 (a (b) c) S 7 42 42 0 -1 4194560 1 0 0 0 150 50 30 20 20 0');
     expect(stat).toEqual({ ppid: 7, cpuSeconds: 2, childrenCpuSeconds: 0.5 });
     expect(treeCpuSeconds(process.pid)).toBeGreaterThan(0);
+  });
+
+  it('splits a CPU profile by owner, leaving idle time out', () => {
+    const frame = (functionName: string, url: string) => ({ functionName, url, lineNumber: 0 });
+    const summary = summarizeProfile({
+      nodes: [
+        { id: 1, callFrame: frame('(idle)', '') },
+        { id: 2, callFrame: frame('decide', 'file:///srv/tollgate/dist/limiter.js') },
+        { id: 3, callFrame: frame('(garbage collector)', '') },
+        { id: 4, callFrame: frame('respond', 'node:internal/http2/core') },
+      ],
+      samples: [1, 2, 2, 3, 4, 1],
+      timeDeltas: [500, 300, 300, 200, 200, 500],
+    });
+    expect(summary.busySeconds).toBeCloseTo(0.001);
+    expect(summary.owners).toEqual([
+      { owner: "tollgate's code", percent: 60 },
+      { owner: 'garbage collection', percent: 20 },
+      { owner: "Node's http2", percent: 20 },
+    ]);
+    expect(summary.functions[0]).toEqual({ name: 'decide dist/limiter.js:1', percent: 60 });
   });
 
   it('reads resident memory from /proc, as the kernel reports it for this process', () => {
