@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRedisStore } from '../../src/store/redisStore.js';
 import type { CounterCheck, Store } from '../../src/store/Store.js';
-import { startRedis, type TestRedis } from '../support/redis.js';
+import { startRedis, storeSettings, type TestRedis } from '../support/redis.js';
 
 // REDIS_BATCH_LIMIT: decide calls made in the same event-loop turn go to Redis as one script
 // call, of at most that many requests, decided in the order they were made.
@@ -13,19 +13,7 @@ beforeAll(async () => {
 afterAll(() => redis?.stop());
 
 function storeWith(batchLimit: number): Store {
-  return createRedisStore(
-    {
-      type: 'single',
-      host: redis.host,
-      port: redis.port,
-      username: undefined,
-      password: undefined,
-      db: 0,
-      tls: undefined,
-      timeoutMs: 2_000,
-    },
-    { batchLimit },
-  );
+  return createRedisStore(storeSettings(redis), { batchLimit });
 }
 
 const counter = (key: string): CounterCheck => ({
@@ -81,19 +69,7 @@ describe.each([
 
 describe('a batch behind a stalled Redis', () => {
   it('fails every call in it within the timeout, and the next batch is not held up', async () => {
-    const store = createRedisStore(
-      {
-        type: 'single',
-        host: redis.host,
-        port: redis.port,
-        username: undefined,
-        password: undefined,
-        db: 0,
-        tls: undefined,
-        timeoutMs: 300,
-      },
-      { batchLimit: 16 },
-    );
+    const store = createRedisStore(storeSettings(redis, { timeoutMs: 300 }), { batchLimit: 16 });
     try {
       await store.ping();
       const admin = redis.client.duplicate();

@@ -4,7 +4,7 @@ import type { Algorithm } from '../../src/rules/types.js';
 import { createMemoryStore } from '../../src/store/memoryStore.js';
 import { createRedisStore } from '../../src/store/redisStore.js';
 import type { CounterCheck, Store } from '../../src/store/Store.js';
-import { startRedis, type TestRedis } from '../support/redis.js';
+import { startRedis, storeSettings, type TestRedis } from '../support/redis.js';
 
 // Random request traces on one injected clock, through the in-memory store and through Redis:
 // every decision must be identical, since the TypeScript algorithms mirror the Lua ones, with
@@ -16,30 +16,9 @@ let batchingStore: Store;
 
 beforeAll(async () => {
   redis = await startRedis();
-  store = createRedisStore({
-    type: 'single',
-    host: redis.host,
-    port: redis.port,
-    username: undefined,
-    password: undefined,
-    db: 0,
-    tls: undefined,
-    timeoutMs: 2_000,
-  });
+  store = createRedisStore(storeSettings(redis));
   await store.ping();
-  batchingStore = createRedisStore(
-    {
-      type: 'single',
-      host: redis.host,
-      port: redis.port,
-      username: undefined,
-      password: undefined,
-      db: 0,
-      tls: undefined,
-      timeoutMs: 2_000,
-    },
-    { batchLimit: 7 },
-  );
+  batchingStore = createRedisStore(storeSettings(redis), { batchLimit: 7 });
 });
 
 afterAll(async () => {

@@ -4,6 +4,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import type { RedisSettings } from '../../src/settings.js';
 
 /**
  * A real Redis for integration tests: a `redis-server` spawned on a free port when the binary
@@ -23,6 +24,24 @@ export interface TestRedis {
   /** Starts it again on the same port, empty. */
   restart(): Promise<void>;
   stop(): Promise<void>;
+}
+
+/** Settings for a store of tollgate's own on this Redis, as `REDIS_URL` would give them. */
+export function storeSettings(
+  redis: TestRedis,
+  overrides: Partial<RedisSettings> = {},
+): RedisSettings {
+  return {
+    type: 'single',
+    host: redis.host,
+    port: redis.port,
+    username: undefined,
+    password: undefined,
+    db: 0,
+    tls: undefined,
+    timeoutMs: 2_000,
+    ...overrides,
+  };
 }
 
 export async function freePort(): Promise<number> {
