@@ -154,7 +154,7 @@ describe('tracing into an exporter', () => {
     const exporter = new InMemorySpanExporter();
     const tracing = tracingWith({ env: {}, exporter });
 
-    // Started in one order, finished in the reverse one.
+    // Started in one order, each finishing later than the next: all in flight at once.
     const domains = ['a', 'b', 'c', 'd', 'e', 'f'];
     await Promise.all(
       domains.map((domain, i) =>
@@ -164,10 +164,9 @@ describe('tracing into an exporter', () => {
       ),
     );
 
+    // The order they finish in is the timers'; on a loaded machine close ones may swap.
     const spans = exporter.getFinishedSpans();
-    expect(spans.map((span) => span.attributes['ratelimit.domain'])).toEqual(
-      [...domains].reverse(),
-    );
+    expect(spans.map((span) => span.attributes['ratelimit.domain']).sort()).toEqual(domains);
     for (const span of spans) {
       const i = domains.indexOf(span.attributes['ratelimit.domain'] as string);
       expect(span.attributes['ratelimit.decision']).toBe(i % 2 ? 'OVER_LIMIT' : 'OK');
