@@ -17,8 +17,9 @@ import {
 } from './script.js';
 
 /**
- * The Redis store: one EVALSHA of the decision script per request (see lua/dispatch.lua), on a
- * single Redis, on the master that Sentinel names, or on Redis Cluster (see clusterStore.ts).
+ * The Redis store: each request decided in one EVALSHA of the decision script (see
+ * lua/dispatch.lua), which requests arriving together share (see batcher.ts), on a single Redis,
+ * on the master that Sentinel names, or on Redis Cluster (see clusterStore.ts).
  *
  * ioredis's defaults suit a cache, not a limiter in a request's critical path: it would queue
  * commands while disconnected and retry them, so a call could outlive Envoy's 20 ms deadline. Here
