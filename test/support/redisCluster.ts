@@ -237,10 +237,13 @@ export async function underLoad(
   };
   const workers = Array.from({ length: options.concurrency }, worker);
   const from = elapsed();
-  await during(elapsed);
+  // A fault that fails must still stop the callers, or they would call on forever.
+  let failure: { error: unknown } | undefined;
+  await during(elapsed).catch((error: unknown) => (failure = { error }));
   const to = elapsed();
-  stopAt = Date.now() + options.tailMs;
+  stopAt = Date.now() + (failure ? 0 : options.tailMs);
   await Promise.all(workers);
+  if (failure) throw failure.error;
   return { calls, window: [from, to] };
 }
 
