@@ -2,6 +2,7 @@ import type { AdmissionResult } from './admission.js';
 import type { RunResult } from './measure.js';
 import type { BenchResults } from './results.js';
 import { HEADLINE } from './scenarios.js';
+import { mean, median } from './stats.js';
 
 /** The Markdown report of one bench run: the targets first, then every table behind them. */
 const rps = (value: number | null) =>
@@ -38,8 +39,6 @@ function admissionVerdict(check: AdmissionResult): string {
     ? `no: ${check.limit - check.allowed} under, and ${failed} calls failed (a failed call may still have counted)`
     : `no: ${check.limit - check.allowed} under`;
 }
-
-const mean = (values: number[]) => values.reduce((sum, value) => sum + value, 0) / values.length;
 
 function duration(seconds: number): string {
   const whole = Math.round(seconds);
@@ -259,7 +258,7 @@ export function markdownReport(results: BenchResults, chartFile: string): string
     (() => {
       const bareRuns = results.variants.runs.filter((run) => run.service === 'bare');
       const bareRps = bareRuns.map((run) => run.achievedRps);
-      const middle = [...bareRps].sort((a, b) => a - b)[bareRps.length >> 1] ?? NaN;
+      const middle = median(bareRps);
       return row([
         'bare grpc-js (the ÷ bare of these rows)',
         HEADLINE_NAME,

@@ -2,6 +2,7 @@ import type { Ghz } from './ghz.js';
 import { measure, type Measured, type RunResult } from './measure.js';
 import { BREAK, type Plan } from './plan.js';
 import { HEADLINE, SCENARIOS } from './scenarios.js';
+import { median } from './stats.js';
 
 /** The three kinds of measurement, each a sequence of ghz runs with its own rules. */
 
@@ -33,12 +34,6 @@ export interface ScenarioRuns {
   throughput: RunResult;
   latency: RunResult;
 }
-
-const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
-};
 
 /** Closed loop, rounds that alternate the services so drift on the machine hits each alike. */
 export async function runThroughput(ghz: Ghz, targets: Measured[], plan: Plan['throughput']) {

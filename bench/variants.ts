@@ -3,6 +3,7 @@ import { measure, type Measured, type RunResult } from './measure.js';
 import type { Plan } from './plan.js';
 import { HEADLINE, SCENARIOS } from './scenarios.js';
 import { log } from './series.js';
+import { median, mean } from './stats.js';
 import { startTollgate, type RedisServer, type Service } from './services.js';
 
 /**
@@ -80,9 +81,7 @@ export async function runVariants(
       }
     }
     const of = (name: string) => runs.filter((run) => run.service === name);
-    const median = (values: number[]) => [...values].sort((a, b) => a - b)[values.length >> 1]!;
     const bareRps = median(of('bare').map((run) => run.achievedRps));
-    const mean = (values: number[]) => values.reduce((sum, v) => sum + v, 0) / values.length;
     const variants = plan.variants.map(({ name, label, workers }) => {
       const scenario = scenarioOf(name).name;
       const mine = of(name);
