@@ -4,7 +4,8 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { counterKey } from '../../src/keys.js';
-import { startRedis, freePort, type TestRedis } from '../support/redis.js';
+import { freePort } from '../support/ports.js';
+import { startRedis, type TestRedis } from '../support/redis.js';
 import { d, startTollgate, writeRules, type Tollgate } from '../support/tollgate.js';
 
 const RULES = `

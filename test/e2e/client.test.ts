@@ -10,7 +10,7 @@ import {
   type TollgateClient,
   type TollgateClientOptions,
 } from '../../src/index.js';
-import { freePort } from '../support/redis.js';
+import { freePort } from '../support/ports.js';
 import { startTollgate, type Tollgate } from '../support/tollgate.js';
 
 const RULES = `

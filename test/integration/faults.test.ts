@@ -2,7 +2,8 @@ import { status as grpcStatus, type ServiceError } from '@grpc/grpc-js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { RateLimitClient, RateLimitRequestObject } from '../../src/grpc/protos.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
-import { freePort, startRedis, type TestRedis } from '../support/redis.js';
+import { freePort } from '../support/ports.js';
+import { startRedis, type TestRedis } from '../support/redis.js';
 import { callCheck, d, eventually } from '../support/tollgate.js';
 
 // The faults of the brief's reliability targets, each under load: 8 concurrent callers loop

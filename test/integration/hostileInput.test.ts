@@ -17,7 +17,8 @@ import { readSettings } from '../../src/settings.js';
 import { createMemoryStore } from '../../src/store/memoryStore.js';
 import { createRedisStore } from '../../src/store/redisStore.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
-import { freePort, startRedis, type TestRedis } from '../support/redis.js';
+import { freePort } from '../support/ports.js';
+import { startRedis, type TestRedis } from '../support/redis.js';
 import { callCheck, d, eventually, manualClock, writeRules } from '../support/tollgate.js';
 
 // The brief's bad input, sent by a caller who means harm: each gets INVALID_ARGUMENT, a rules

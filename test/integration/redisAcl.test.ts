@@ -8,7 +8,8 @@ import type { RedisSettings } from '../../src/settings.js';
 import { createRedisStore } from '../../src/store/redisStore.js';
 import type { Store } from '../../src/store/Store.js';
 import { makeCerts, type TestCerts } from '../support/certs.js';
-import { freePort, startRedis, type TestRedis } from '../support/redis.js';
+import { freePort } from '../support/ports.js';
+import { startRedis, type TestRedis } from '../support/redis.js';
 
 // The Redis store over TLS (rediss://), and as a Redis ACL user that holds only what tollgate
 // needs: README's ACL line, whose every command is shown to be needed.

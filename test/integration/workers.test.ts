@@ -7,7 +7,8 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRateLimitClient, type RateLimitClient } from '../../src/grpc/protos.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
-import { freePort, startRedis, type TestRedis } from '../support/redis.js';
+import { freePort } from '../support/ports.js';
+import { startRedis, type TestRedis } from '../support/redis.js';
 import { callCheck, d, eventually, writeRules } from '../support/tollgate.js';
 import { raceRules } from '../support/raceRules.js';
 

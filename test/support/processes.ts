@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createRateLimitClient, type RateLimitClient } from '../../src/grpc/protos.js';
-import { freePort } from './redis.js';
+import { freePort } from './ports.js';
 import { eventually, healthStatus, writeRules } from './tollgate.js';
 
 /** tollgate as its own process, started from the built entry point like `npm start` does. */
@@ -47,9 +47,15 @@ export async function spawnTollgate(
   let stdout = '';
   child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
   const address = `127.0.0.1:${port}`;
-  await eventually(async () => (await healthStatus(address)) === 'SERVING', 15_000).catch(() => {
-    throw new Error(`tollgate on ${address} did not become healthy: ${stderr}`);
-  });
+  // A process that exited will never become healthy: say so at once, with its stderr.
+  const exited = () => child.exitCode !== null || child.signalCode !== null;
+  await eventually(async () => exited() || (await healthStatus(address)) === 'SERVING', 15_000)
+    .then(() => {
+      if (exited()) throw new Error('exited');
+    })
+    .catch(() => {
+      throw new Error(`tollgate on ${address} did not become healthy: ${stderr}`);
+    });
   const client = createRateLimitClient(address);
   return {
     address,

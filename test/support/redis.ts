@@ -1,10 +1,10 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import type { RedisSettings } from '../../src/settings.js';
+import { freePort } from './ports.js';
 
 /**
  * A real Redis for integration tests: a `redis-server` spawned on a free port when the binary
@@ -42,17 +42,6 @@ export function storeSettings(
     timeoutMs: 2_000,
     ...overrides,
   };
-}
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
 }
 
 function hasRedisServer(): boolean {

@@ -2,7 +2,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { createProcessGroup } from './processGroup.js';
-import { freePort } from './redis.js';
+import { freePort } from './ports.js';
 
 /**
  * A real Redis Cluster for integration tests: three masters and three replicas, six

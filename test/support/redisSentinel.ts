@@ -3,7 +3,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { createProcessGroup } from './processGroup.js';
-import { freePort } from './redis.js';
+import { freePort } from './ports.js';
 import { waitFor } from './redisCluster.js';
 
 /**
