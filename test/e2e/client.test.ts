@@ -147,7 +147,7 @@ describe('an unavailable tollgate', () => {
       const result = await client({ address: refusing, deadlineMs: 200, whenUnavailable }).check(
         request,
       );
-      expect(Date.now() - started).toBeLessThan(200 + 250);
+      expect(Date.now() - started).toBeLessThan(200 + 500);
       expect(result).toMatchObject({ source: 'fallback', allowed, code, statuses: [] });
       expect(result.error).toBeInstanceOf(TollgateUnavailableError);
       expect(result.error?.grpcCode).toBe('UNAVAILABLE');
@@ -163,7 +163,7 @@ describe('an unavailable tollgate', () => {
     }).check(request);
     const elapsed = Date.now() - started;
     expect(elapsed).toBeGreaterThanOrEqual(140);
-    expect(elapsed).toBeLessThan(150 + 250);
+    expect(elapsed).toBeLessThan(150 + 500);
     expect(result).toMatchObject({ source: 'fallback', allowed: false, code: 'OVER_LIMIT' });
     expect(result.error?.grpcCode).toBe('DEADLINE_EXCEEDED');
   });

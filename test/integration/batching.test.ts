@@ -68,12 +68,20 @@ describe.each([
 });
 
 describe('a batch behind a stalled Redis', () => {
+  // A batch that waited for the one before it to time out would fail at about twice the timeout
+  // less the gap between them (2 x 500 - 20 ms); one on its own fails at the timeout.
+  const TIMEOUT_MS = 500;
+  const GAP_MS = 20;
+  const MARGIN_MS = 350;
+
   it('fails every call in it within the timeout, and the next batch is not held up', async () => {
-    const store = createRedisStore(storeSettings(redis, { timeoutMs: 300 }), { batchLimit: 16 });
+    const store = createRedisStore(storeSettings(redis, { timeoutMs: TIMEOUT_MS }), {
+      batchLimit: 16,
+    });
     try {
       await store.ping();
       const admin = redis.client.duplicate();
-      const sleeping = admin.call('DEBUG', 'SLEEP', '1');
+      const sleeping = admin.call('DEBUG', 'SLEEP', '2');
       await new Promise((resolve) => setTimeout(resolve, 50));
       const timed = async (delayMs: number) => {
         await new Promise((resolve) => setTimeout(resolve, delayMs));
@@ -83,12 +91,12 @@ describe('a batch behind a stalled Redis', () => {
         );
         return { ms: performance.now() - started, outcomes };
       };
-      const batches = await Promise.all([timed(0), timed(100)]);
+      const batches = await Promise.all([timed(0), timed(GAP_MS)]);
       await sleeping;
       admin.disconnect();
       for (const { ms, outcomes } of batches) {
         expect(outcomes.every((outcome) => outcome.status === 'rejected')).toBe(true);
-        expect(ms).toBeLessThan(300 + 250);
+        expect(ms).toBeLessThan(TIMEOUT_MS + MARGIN_MS);
       }
     } finally {
       await store.close();
