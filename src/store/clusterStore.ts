@@ -3,6 +3,7 @@ import type { CounterCheck, CounterResult, Store, StoreDecision } from './Store.
 import {
   decideArgs,
   readDecision,
+  readPartDecision,
   refundable,
   refundArgs,
   type CallDecision,
@@ -85,7 +86,7 @@ export function createClusterStore(backend: SlotBackend, options: ClusterStoreOp
       groups.map((group) => {
         const part = group.map((index) => checks[index] as CounterCheck);
         return call(decideArgs(part, { nowMs, skewToleranceMs }, true), (reply) =>
-          readDecision(reply, part.length, true),
+          readPartDecision(reply, part.length),
         );
       }),
     );
@@ -122,7 +123,7 @@ export function createClusterStore(backend: SlotBackend, options: ClusterStoreOp
         if (!refundable(check, decision.results[i] as CounterResult)) return;
         back.push(check);
         // What the counter reports on a denial: as if never consumed.
-        results[index] = decision.kept?.[i] as CounterResult;
+        results[index] = decision.kept[i] as CounterResult;
       });
       if (back.length > 0) refund(back, decision.atMs);
     });
@@ -134,11 +135,9 @@ export function createClusterStore(backend: SlotBackend, options: ClusterStoreOp
     async decide(checks, nowMs) {
       const groups = bySlot(checks.map((check) => check.key));
       if (groups.length === 1) {
-        const { allowed, results } = await call(
-          decideArgs(checks, { nowMs, skewToleranceMs }),
-          (reply) => readDecision(reply, checks.length),
+        return call(decideArgs(checks, { nowMs, skewToleranceMs }), (reply) =>
+          readDecision(reply, checks.length),
         );
-        return { allowed, results };
       }
       return decideAcrossSlots(checks, groups, nowMs);
     },

@@ -81,8 +81,7 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
     async sendOne(checks, nowMs) {
       try {
         const reply = await decide(...decideArgs(checks, { nowMs, skewToleranceMs }));
-        const { allowed, results } = readDecision(reply, checks.length);
-        return { allowed, results };
+        return readDecision(reply, checks.length);
       } catch (error) {
         throw classify(error);
       }

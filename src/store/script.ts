@@ -73,33 +73,51 @@ function pushCounters(args: ScriptArgs, checks: readonly CounterCheck[], part: b
   }
 }
 
+/** A part call's reply: the decision, and what a refund of it needs. */
 export interface CallDecision extends StoreDecision {
-  /** Part calls only: per counter, what it reports when nothing of it stays consumed. */
-  kept: CounterResult[] | undefined;
+  /** Per counter, what it reports when nothing of it stays consumed. */
+  kept: CounterResult[];
   /** The moment the call decided at, in ms; a refund names it. */
   atMs: number;
 }
 
-export function readDecision(reply: unknown, count: number, part = false): CallDecision {
-  const width = part ? 5 : 3;
+/** The reply of a decide call for a whole request: the store's decision, as it is returned. */
+export function readDecision(reply: unknown, count: number): StoreDecision {
+  const numbers = replyNumbers(reply, 3, count);
+  const results: CounterResult[] = [];
+  for (let i = 1; i < numbers.length - 1; i += 3) results.push(resultAt(numbers, i));
+  return { allowed: numbers[0] === 1, results };
+}
+
+/** The reply of a part call (see `decideArgs`). */
+export function readPartDecision(reply: unknown, count: number): CallDecision {
+  const numbers = replyNumbers(reply, 5, count);
+  const results: CounterResult[] = [];
+  const kept: CounterResult[] = [];
+  for (let i = 1; i < numbers.length - 1; i += 5) {
+    results.push(resultAt(numbers, i));
+    kept.push({
+      fits: numbers[i] === 1,
+      remaining: numbers[i + 3] as number,
+      resetMs: numbers[i + 4] as number,
+    });
+  }
+  return { allowed: numbers[0] === 1, results, kept, atMs: numbers[numbers.length - 1] as number };
+}
+
+/** allowed, `width` numbers per counter, then the time the call decided at. */
+function replyNumbers(reply: unknown, width: number, count: number): number[] {
   if (!Array.isArray(reply) || reply.length !== 2 + width * count) {
     throw new Error(`ERR unexpected reply from the decision script: ${JSON.stringify(reply)}`);
   }
-  const numbers = reply as number[];
-  const results: CounterResult[] = [];
-  const kept: CounterResult[] = [];
-  for (let i = 1; i < numbers.length - 1; i += width) {
-    const fits = numbers[i] === 1;
-    results.push({ fits, remaining: numbers[i + 1] as number, resetMs: numbers[i + 2] as number });
-    if (part) {
-      kept.push({ fits, remaining: numbers[i + 3] as number, resetMs: numbers[i + 4] as number });
-    }
-  }
+  return reply as number[];
+}
+
+function resultAt(numbers: number[], i: number): CounterResult {
   return {
-    allowed: numbers[0] === 1,
-    results,
-    kept: part ? kept : undefined,
-    atMs: numbers[numbers.length - 1] as number,
+    fits: numbers[i] === 1,
+    remaining: numbers[i + 1] as number,
+    resetMs: numbers[i + 2] as number,
   };
 }
 
@@ -128,10 +146,7 @@ export function readBatch(reply: unknown, requests: readonly BatchedDecide[]): S
   if (!Array.isArray(reply) || reply.length !== requests.length) {
     throw new Error(`ERR unexpected reply from the decision script: ${JSON.stringify(reply)}`);
   }
-  return requests.map((request, i) => {
-    const { allowed, results } = readDecision(reply[i], request.checks.length);
-    return { allowed, results };
-  });
+  return requests.map((request, i) => readDecision(reply[i], request.checks.length));
 }
 
 /** A refund call: gives back each counter's cost, consumed by a decide call at `atMs`. */
