@@ -36,10 +36,11 @@ so a later request sees what an earlier one consumed; requests made at the same 
 different connections are decided in some order too. Reply: { reply_1, reply_2, ... }, each as
 in decide mode. Redis TIME is read once, for every request that passes ''.
 
-Refund mode: ARGV[1] = 'refund', ARGV[2] = the decide call's now, then per key i: algorithm,
-W, L, B and the cost that call consumed. Each algorithm undoes the consumption as far as it still
-can without ever giving back more than it took (see its refund). Reply: { refunded_1, ... }, 1 when
-counter i got something back, 0 when there was nothing left to give back.
+Refund mode: ARGV[1] = 'refund', ARGV[2] = the decide call's now, then per key i the 6 arguments
+of that call's counter; its cost is what the call consumed, and its flags are not read. Each
+algorithm undoes the consumption as far as it still can without ever giving back more than it
+took (see its refund). Reply: { refunded_1, ... }, 1 when counter i got something back, 0 when
+there was nothing left to give back.
 
 Every written key gets a TTL in this same script. With CLOCK=local, the TTL carries the tolerated
 skew as slack. Redis expires keys by its own clock, which may run ahead of the service's; and a
@@ -52,7 +53,7 @@ A refund keeps the key's TTL: less consumed never needs longer.
 if ARGV[1] == 'refund' then
   local at, refunded = tonumber(ARGV[2]), {}
   for i = 1, #KEYS do
-    local a = 3 + 5 * (i - 1)
+    local a = 3 + 6 * (i - 1)
     local algorithm = ALGORITHMS[tonumber(ARGV[a])]
     refunded[i] = algorithm.refund(KEYS[i], at, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]),
       tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])) and 1 or 0

@@ -154,15 +154,7 @@ export function refundArgs(checks: readonly CounterCheck[], atMs: number): Scrip
   const args: ScriptArgs = [checks.length];
   for (const check of checks) args.push(check.key);
   args.push('refund', atMs);
-  for (const check of checks) {
-    args.push(
-      ALGORITHM_CODES[check.algorithm],
-      check.windowMs,
-      check.limit,
-      check.burst,
-      check.cost,
-    );
-  }
+  pushCounters(args, checks, false);
   return args;
 }
 
