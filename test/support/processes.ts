@@ -49,13 +49,14 @@ export async function spawnTollgate(
   const address = `127.0.0.1:${port}`;
   // A process that exited will never become healthy: say so at once, with its stderr.
   const exited = () => child.exitCode !== null || child.signalCode !== null;
-  await eventually(async () => exited() || (await healthStatus(address)) === 'SERVING', 15_000)
-    .then(() => {
-      if (exited()) throw new Error('exited');
-    })
-    .catch(() => {
-      throw new Error(`tollgate on ${address} did not become healthy: ${stderr}`);
-    });
+  const healthy = await eventually(
+    async () => exited() || (await healthStatus(address)) === 'SERVING',
+    15_000,
+  ).then(
+    () => !exited(),
+    () => false,
+  );
+  if (!healthy) throw new Error(`tollgate on ${address} did not become healthy: ${stderr}`);
   const client = createRateLimitClient(address);
   return {
     address,
