@@ -9,6 +9,7 @@ import {
   type CallDecision,
   type ScriptArgs,
 } from './script.js';
+import { withDeadline } from './deadline.js';
 import { keySlot } from './slots.js';
 
 /**
@@ -54,19 +55,10 @@ export function createClusterStore(backend: SlotBackend, options: ClusterStoreOp
   const refunds = new Set<Promise<void>>();
 
   async function call<T>(args: ScriptArgs, read: (reply: unknown) => T): Promise<T> {
-    let timer: NodeJS.Timeout | undefined;
-    const deadline = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(new StoreError(`redis: Command timed out after ${timeoutMs}ms`, 'timeout')),
-        timeoutMs,
-      );
-    });
     try {
-      return read(await Promise.race([backend.run(args), deadline]));
+      return read(await withDeadline(backend.run(args), timeoutMs));
     } catch (error) {
       throw classify(error);
-    } finally {
-      clearTimeout(timer);
     }
   }
 

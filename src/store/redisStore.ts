@@ -7,6 +7,7 @@ import type { RedisSettings, RedisTls } from '../settings.js';
 import { createClusterStore, type SlotBackend } from './clusterStore.js';
 import type { Store } from './Store.js';
 import { createBatcher } from './batcher.js';
+import { withDeadline } from './deadline.js';
 import {
   batchArgs,
   decideArgs,
@@ -65,7 +66,8 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
     // wait out another call's timeout before its own began, twice REDIS_TIMEOUT in all.
     enableAutoPipelining: false,
     maxRetriesPerRequest: 0,
-    commandTimeout: settings.timeoutMs,
+    // No commandTimeout: every call is bounded by withDeadline instead, which does not count the
+    // service's own lateness against Redis.
     connectTimeout: Math.max(1_000, settings.timeoutMs),
     // Keep reconnecting, never faster than every 50 ms nor slower than every second.
     retryStrategy: (attempt) => Math.min(50 * attempt, 1_000),
@@ -73,7 +75,9 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
   // ioredis reports connection trouble as events; the calls themselves fail fast meanwhile.
   redis.on('error', (error: Error) => options.onError?.(classify(error)));
   redis.defineCommand('tollgateDecide', { lua: loadDecisionScript() });
-  const decide = (redis as unknown as { tollgateDecide: DecideCommand }).tollgateDecide.bind(redis);
+  const script = (redis as unknown as { tollgateDecide: DecideCommand }).tollgateDecide.bind(redis);
+  const timeoutMs = settings.timeoutMs;
+  const decide = (...args: ScriptArgs) => withDeadline(script(...args), timeoutMs);
   const skewToleranceMs = options.clockSkewToleranceMs ?? 0;
 
   const decideBatched = createBatcher({
@@ -101,7 +105,7 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
     async reset(keys: readonly string[]) {
       if (keys.length === 0) return 0;
       try {
-        return await redis.del(...keys);
+        return await withDeadline(redis.del(...keys), timeoutMs);
       } catch (error) {
         throw classify(error);
       }
@@ -110,7 +114,7 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
     async ping() {
       try {
         if (redis.status === 'connecting' || redis.status === 'connect') await ready(redis, 1_000);
-        await redis.ping();
+        await withDeadline(redis.ping(), timeoutMs);
       } catch (error) {
         throw classify(error);
       }
@@ -174,7 +178,7 @@ function clusterBackend(settings: RedisSettings, options: RedisStoreOptions): Sl
       tls: settings.tls ? tlsOptions(settings.tls) : undefined,
       enableReadyCheck: false,
       maxRetriesPerRequest: 0,
-      commandTimeout: settings.timeoutMs,
+      // The cluster store bounds each call instead (see deadline.ts).
       connectTimeout: Math.max(1_000, settings.timeoutMs),
     },
     // Nothing waits for the slot map: until it is known, calls fail fast.
@@ -211,13 +215,13 @@ function clusterBackend(settings: RedisSettings, options: RedisStoreOptions): Sl
   );
   return {
     run: (args) => decide(...args),
-    del: (keys) => cluster.del(...keys),
+    del: (keys) => withDeadline(cluster.del(...keys), settings.timeoutMs),
     async ping() {
       if (cluster.status !== 'ready') await ready(cluster, 1_000);
       const masters = cluster.nodes('master');
       if (masters.length === 0) throw new Error('CLUSTERDOWN no master known yet');
       // Every master, since a request may need any of them.
-      await Promise.all(masters.map((master) => master.ping()));
+      await Promise.all(masters.map((master) => withDeadline(master.ping(), settings.timeoutMs)));
     },
     async close() {
       cluster.disconnect();
