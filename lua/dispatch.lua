@@ -23,6 +23,9 @@ quota counters that fit are consumed; otherwise none of them is.
 
 Reply, integers: { allowed, fits_1, remaining_1, reset_ms_1, [kept_1, kept_reset_ms_1,]
                    fits_2, ..., now }
+  or an error reply when a counter key holds something that is not one of tollgate's counters (a
+  string, say): every key of the request is read and checked before any is written, so such a
+  request fails untouched.
   allowed    1 when the call is allowed as above, 0 when it is denied
   fits_i     1 when counter i fit its cost, 0 otherwise
   reset_ms_i milliseconds until it resets; -1 when the cost exceeds the limit and never fits
@@ -34,7 +37,14 @@ Batch mode: ARGV[1] = 'batch', ARGV[2] = the clock skew tolerated, then per requ
 requests' keys one request after another. Each request is decided as in decide mode, in order,
 so a later request sees what an earlier one consumed; requests made at the same moment on
 different connections are decided in some order too. Reply: { reply_1, reply_2, ... }, each as
-in decide mode. Redis TIME is read once, for every request that passes ''.
+in decide mode; a request whose counter is not one of tollgate's gets its error reply in its
+place, and the other requests are decided as usual. Redis TIME is read once, for every request
+that passes ''.
+
+TIME and the writes go through must() (lib.lua), so an error there (OOM, READONLY, a missing ACL
+permission) fails the whole call: such errors belong to Redis, not to one counter. Redis checks
+memory only at a script's first write, so an out-of-memory Redis fails a call before it has
+written anything.
 
 Refund mode: ARGV[1] = 'refund', ARGV[2] = the decide call's now, then per key i the 6 arguments
 of that call's counter; its cost is what the call consumed, and its flags are not read. Each
@@ -75,7 +85,9 @@ local function decide(k, a, n, now, slack)
     local algorithm = ALGORITHMS[tonumber(ARGV[b])]
     local window, limit, burst = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
     local cost, flags = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
-    local state = algorithm.load(KEYS[k + i], now, window)
+    local state, err = algorithm.load(KEYS[k + i], now, window)
+    -- Nothing of the request is written yet: it fails alone, untouched.
+    if not state then return err end
     local fits = algorithm.fits(state, limit, burst, math.max(cost, 1))
     states[i], verdicts[i] = state, fits
     if has(flags, SHADOW) then
@@ -129,7 +141,7 @@ local function clock(given, slack)
   local now = tonumber(given)
   if now then return now, slack end
   if not redis_now then
-    local time = redis.call('TIME')
+    local time = must('TIME')
     redis_now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   end
   return redis_now, 0

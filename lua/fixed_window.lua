@@ -3,7 +3,8 @@ fixed_window.lua: count per window, windows aligned to the epoch (floor(now / W)
 
 State, a hash per counter: t = last decision time (ms), w = window index, c = count in window w.
 
-  load(key, now, W)                 -> state (now raised to t: time never runs backwards)
+  load(key, now, W)                 -> state (now raised to t: time never runs backwards), or nil
+                                       and an error reply when the key is not a counter
   fits(state, L, B, need)           -> true when c + need <= L; nil when need > L (never fits)
   settle(key, state, L, B, cost, fits, commit, slack)
                                     -> remaining, reset_ms; writes only when commit and cost > 0
@@ -23,12 +24,13 @@ key older than `at` (expired, or its write lost in a failover) no longer holds t
 
 ALGORITHMS[1] = {
   load = function(key, now, window)
-    local v = redis.call('HMGET', key, 't', 'w', 'c')
-    local t = tonumber(v[1])
+    local v, err = read_fields(key, 't', 'w', 'c')
+    if not v then return nil, err end
+    local t = v[1]
     if t and t > now then now = t end
     local index = math.floor(now / window)
     local count = 0
-    if tonumber(v[2]) == index then count = tonumber(v[3]) end
+    if v[2] == index then count = v[3] or 0 end
     return { now = now, window = window, index = index, e = now - index * window, c = count }
   end,
 
@@ -41,18 +43,19 @@ ALGORITHMS[1] = {
     local rest = s.window - s.e
     if commit and cost > 0 then
       s.c = math.max(s.c, math.min(s.c + cost, limit))
-      redis.call('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c))
-      redis.call('PEXPIRE', key, rest + slack)
+      must('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c))
+      must('PEXPIRE', key, rest + slack)
     end
     if fits == nil then return math.max(0, limit - s.c), -1 end
     return math.max(0, limit - s.c), rest
   end,
 
   refund = function(key, at, window, _, _, cost)
-    local v = redis.call('HMGET', key, 't', 'w', 'c')
-    local t = tonumber(v[1])
-    if not t or t < at or tonumber(v[2]) ~= math.floor(at / window) then return false end
-    redis.call('HSET', key, 'c', int(math.max(0, tonumber(v[3]) - cost)))
+    local v = read_fields(key, 't', 'w', 'c')
+    if not v then return false end
+    local t = v[1]
+    if not t or t < at or v[2] ~= math.floor(at / window) then return false end
+    must('HSET', key, 'c', int(math.max(0, (v[3] or 0) - cost)))
     return true
   end,
 }

@@ -15,6 +15,49 @@ divides such products with the exact helpers below.
 
 local ALGORITHMS = {}
 
+-- The error a request gets when one of its counters holds what tollgate did not write. Keys are
+-- left out of messages: they carry descriptor values, which may be secrets.
+local FOREIGN = { err = 'WRONGTYPE a counter key holds a value that tollgate did not write' }
+
+-- Redis names no command when a script's user may not run one ("The user executing the script
+-- can't run this command"): the error that tollgate passes on names it, so that health and logs
+-- say what the Redis user lacks.
+local function refused(reply, command)
+  local err = reply.err
+  if string.find(err, 'NOPERM', 1, true) or string.find(err, "can't run this command", 1, true) then
+    return { err = 'NOPERM the Redis user may not run the \'' .. command ..
+      '\' command, which checks need' }
+  end
+  return reply
+end
+
+-- Runs a command that the whole call depends on: TIME, and the writes. Its failure (a missing
+-- ACL permission, OOM, READONLY) belongs to Redis, not to a counter, so it fails the whole call.
+-- Redis checks memory only at a script's first write, so no request is ever half written for
+-- lack of memory.
+local function must(command, ...)
+  local reply = redis.pcall(command, ...)
+  if type(reply) == 'table' and reply.err then error(refused(reply, string.lower(command))) end
+  return reply
+end
+
+-- A counter's fields, as numbers (nil when absent); or nil and an error reply when the key is not
+-- a hash, or a field is not a finite number. Read with pcall, so that such a key fails only the
+-- request that touches it, before anything of that request is written.
+local function read_fields(key, ...)
+  local raw = redis.pcall('HMGET', key, ...)
+  if raw.err then return nil, refused(raw, 'hmget') end
+  local fields = {}
+  for i = 1, select('#', ...) do
+    if raw[i] then
+      local n = tonumber(raw[i])
+      if n == nil or n ~= n or n == math.huge or n == -math.huge then return nil, FOREIGN end
+      fields[i] = n
+    end
+  end
+  return fields
+end
+
 -- Split point for the exact products: factors below 2^33 times halves below 2^20 stay below 2^53.
 local SPLIT = 1048576 -- 2^20
 

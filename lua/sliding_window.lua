@@ -6,7 +6,8 @@ compared exactly as p*(W-e) <= (L-c-need)*W.
 State, a hash per counter: t = last decision time (ms), w = window index of c, c = count in
 window w, p = count in window w-1.
 
-  load(key, now, W)                 -> state (now raised to t: time never runs backwards)
+  load(key, now, W)                 -> state (now raised to t: time never runs backwards), or nil
+                                       and an error reply when the key is not a counter
   fits(state, L, B, need)           -> boolean; nil when need > L (never fits)
   settle(key, state, L, B, cost, fits, commit, slack)
                                     -> remaining, reset_ms; writes only when commit and cost > 0
@@ -29,16 +30,17 @@ back. A key older than `at` (expired, or its write lost in a failover) no longer
 
 ALGORITHMS[2] = {
   load = function(key, now, window)
-    local v = redis.call('HMGET', key, 't', 'w', 'c', 'p')
-    local t = tonumber(v[1])
+    local v, err = read_fields(key, 't', 'w', 'c', 'p')
+    if not v then return nil, err end
+    local t = v[1]
     if t and t > now then now = t end
     local index = math.floor(now / window)
-    local w = tonumber(v[2])
+    local w = v[2]
     local current, previous = 0, 0
     if w == index then
-      current, previous = tonumber(v[3]), tonumber(v[4])
+      current, previous = v[3] or 0, v[4] or 0
     elseif w == index - 1 then
-      previous = tonumber(v[3])
+      previous = v[3] or 0
     end
     return { now = now, window = window, index = index, e = now - index * window,
              c = current, p = previous }
@@ -57,8 +59,8 @@ ALGORITHMS[2] = {
     if rest > 0 then weighted = weighted + 1 end
     if commit and cost > 0 then
       s.c = math.max(s.c, math.min(s.c + cost, limit - weighted))
-      redis.call('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c), 'p', int(s.p))
-      redis.call('PEXPIRE', key, 2 * W - e + slack)
+      must('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c), 'p', int(s.p))
+      must('PEXPIRE', key, 2 * W - e + slack)
     end
     local remaining = math.max(0, limit - s.c - weighted)
 
@@ -77,14 +79,15 @@ ALGORITHMS[2] = {
   end,
 
   refund = function(key, at, window, _, _, cost)
-    local v = redis.call('HMGET', key, 't', 'w', 'c', 'p')
-    local t, w = tonumber(v[1]), tonumber(v[2])
+    local v = read_fields(key, 't', 'w', 'c', 'p')
+    if not v then return false end
+    local t, w = v[1], v[2]
     if not t or t < at then return false end
     local index = math.floor(at / window)
     if w == index then
-      redis.call('HSET', key, 'c', int(math.max(0, tonumber(v[3]) - cost)))
+      must('HSET', key, 'c', int(math.max(0, (v[3] or 0) - cost)))
     elseif w == index + 1 then
-      redis.call('HSET', key, 'p', int(math.max(0, tonumber(v[4]) - cost)))
+      must('HSET', key, 'p', int(math.max(0, (v[4] or 0) - cost)))
     else
       return false
     end

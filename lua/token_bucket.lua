@@ -8,7 +8,8 @@ scaled amount, and the rounding-up division below, stays exact.
 State, a hash per counter: t = last decision time (ms), k = scaled tokens at t, s = the scale k
 was written with (a changed limit keeps its whole tokens).
 
-  load(key, now, W)                 -> state (now raised to t: time never runs backwards)
+  load(key, now, W)                 -> state (now raised to t: time never runs backwards), or nil
+                                       and an error reply when the key is not a counter
   fits(state, L, B, need)           -> true when tokens >= need after refilling;
                                        nil when need > B (never fits)
   settle(key, state, L, B, cost, fits, commit, slack)
@@ -32,10 +33,13 @@ written with another scale (the limit changed), gets nothing.
 
 ALGORITHMS[3] = {
   load = function(key, now, window)
-    local v = redis.call('HMGET', key, 't', 'k', 's')
-    local t = tonumber(v[1])
+    local v, err = read_fields(key, 't', 'k', 's')
+    if not v then return nil, err end
+    local t = v[1]
+    -- A bucket written by tollgate has all three, with a positive scale.
+    if t and not (v[2] and v[3] and v[3] > 0) then return nil, FOREIGN end
     if t and t > now then now = t end
-    return { now = now, window = window, t = t, k = tonumber(v[2]), s = tonumber(v[3]) }
+    return { now = now, window = window, t = t, k = v[2], s = v[3] }
   end,
 
   fits = function(st, limit, burst, need)
@@ -62,8 +66,8 @@ ALGORITHMS[3] = {
     -- A bucket of no capacity (rate 0) holds nothing to store, even for an overdraw.
     if commit and cost > 0 and st.full > 0 then
       st.tokens = math.max(0, st.tokens - cost * st.scale)
-      redis.call('HSET', key, 't', int(st.now), 'k', int(st.tokens), 's', int(st.scale))
-      redis.call('PEXPIRE', key, ceil_div(st.full - st.tokens, st.refill) + slack)
+      must('HSET', key, 't', int(st.now), 'k', int(st.tokens), 's', int(st.scale))
+      must('PEXPIRE', key, ceil_div(st.full - st.tokens, st.refill) + slack)
     end
     local reset
     if fits == nil then
@@ -77,15 +81,16 @@ ALGORITHMS[3] = {
   end,
 
   refund = function(key, at, window, limit, burst, cost)
-    local v = redis.call('HMGET', key, 't', 'k', 's')
-    local t, k = tonumber(v[1]), tonumber(v[2])
-    if not t or t < at then return false end
+    local v = read_fields(key, 't', 'k', 's')
+    if not v then return false end
+    local t, k = v[1], v[2]
+    if not t or not k or t < at then return false end
     local g = gcd(limit, window)
     local scale, refill = window / g, limit / g
-    if tonumber(v[3]) ~= scale then return false end
+    if v[3] ~= scale then return false end
     local back = cost * scale - (t - at) * refill
     if back <= 0 then return false end
-    redis.call('HSET', key, 'k', int(math.min(burst * scale, k + back)))
+    must('HSET', key, 'k', int(math.min(burst * scale, k + back)))
     return true
   end,
 }

@@ -77,3 +77,12 @@ export function counterEntries(entries: readonly Entry[], node: RuleNode): reado
   }
   return shared ?? entries;
 }
+
+/**
+ * The health probe's counter (see `probeArgs`), one per hash tag it needs: `n` picks a slot, so
+ * that on Redis Cluster the probe can reach every master. Its tag starts with a letter, where a
+ * counter's starts with a length, so it is never a counter's key.
+ */
+export function probeKey(prefix: string, n = 0): string {
+  return `${prefix}tg:{probe${n === 0 ? '' : `-${n}`}}`;
+}

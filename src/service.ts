@@ -44,6 +44,9 @@ export interface Service {
   stop(graceMs?: number): Promise<void>;
 }
 
+/** Store errors that mean Redis cannot be reached or cannot serve now; the rest are refusals. */
+const UNREACHABLE_KINDS = new Set(['timeout', 'connection', 'unavailable']);
+
 export function createService(options: ServiceOptions): Service {
   const { settings } = options;
   const clock = options.clock ?? Date.now;
@@ -69,6 +72,7 @@ export function createService(options: ServiceOptions): Service {
         onError: (error) => logger.debug({ err: error, kind: error.kind }, 'redis connection'),
         clockSkewToleranceMs: settings.clockSkewToleranceMs,
         batchLimit: settings.redisBatchLimit,
+        keyPrefix: settings.cacheKeyPrefix,
       })
     : createMemoryStore({ clock });
 
@@ -148,23 +152,29 @@ export function createService(options: ServiceOptions): Service {
     }),
   });
 
-  // With FAILURE_MODE=error an unreachable store means every check fails, so health says so and
-  // Envoy's health checking can route around this instance. With allow or deny, the service still
-  // gives its configured answer and stays SERVING.
-  let storeHealthy = true;
+  // Health says whether checks can be decided, as the probe last found: it runs a check's whole
+  // path (see Store.probe), so a Redis user without a command checks need is found, not only an
+  // unreachable Redis. With FAILURE_MODE=error no check can be answered then, so health says
+  // NOT_SERVING and Envoy's health checking can route around this instance. With allow or deny,
+  // the service still gives its configured answer and stays SERVING. The reason names the cause.
+  let storeProblem: StoreError | undefined;
   let draining = false;
   const health = () => {
     if (draining) return { serving: false, reason: 'NOT_SERVING: draining' };
-    if (!storeHealthy && settings.failureMode === 'error') {
-      return { serving: false, reason: 'NOT_SERVING: store unreachable (FAILURE_MODE=error)' };
-    }
-    if (!storeHealthy) {
+    if (storeProblem === undefined) return { serving: true, reason: 'OK' };
+    const what = UNREACHABLE_KINDS.has(storeProblem.kind)
+      ? 'store unreachable'
+      : 'store refuses checks';
+    if (settings.failureMode === 'error') {
       return {
-        serving: true,
-        reason: `OK: store unreachable, answering per FAILURE_MODE=${settings.failureMode}`,
+        serving: false,
+        reason: `NOT_SERVING: ${what} (FAILURE_MODE=error): ${storeProblem.message}`,
       };
     }
-    return { serving: true, reason: 'OK' };
+    return {
+      serving: true,
+      reason: `OK: ${what}, answering per FAILURE_MODE=${settings.failureMode}: ${storeProblem.message}`,
+    };
   };
   const updateHealth = () => grpcServer.setServing(health().serving);
 
@@ -180,17 +190,28 @@ export function createService(options: ServiceOptions): Service {
     onInvalidRequest,
   });
 
+  let probing = false;
   const probe = async () => {
-    const healthy = await store.ping().then(
-      () => true,
-      () => false,
+    if (probing) return;
+    probing = true;
+    const problem = await store.probe(settings.clock === 'local' ? clock() : undefined).then(
+      () => undefined,
+      (error: unknown) => (error instanceof StoreError ? error : undefined),
     );
-    if (healthy !== storeHealthy) {
-      storeHealthy = healthy;
-      if (healthy) logger.info('store reachable');
-      else logger.error({ failureMode: settings.failureMode }, 'store unreachable');
-      updateHealth();
+    probing = false;
+    if (problem?.message === storeProblem?.message) return;
+    const before = storeProblem;
+    storeProblem = problem;
+    if (problem === undefined) logger.info('store decides checks again');
+    else {
+      logger.error(
+        { kind: problem.kind, failureMode: settings.failureMode, reason: problem.message },
+        UNREACHABLE_KINDS.has(problem.kind)
+          ? 'store unreachable'
+          : 'store refuses checks: no check can be decided until this is fixed',
+      );
     }
+    if ((before === undefined) !== (problem === undefined)) updateHealth();
   };
   let probeTimer: NodeJS.Timeout | undefined;
 

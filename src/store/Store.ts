@@ -31,8 +31,15 @@ export interface Store {
   decide(counters: readonly CounterCheck[], nowMs: number | undefined): Promise<StoreDecision>;
   /** Deletes these counters (an operator's reset); resolves with how many existed. */
   reset(keys: readonly string[]): Promise<number>;
-  /** Resolves once the store can take decisions, rejects with `StoreError` otherwise. */
+  /** Resolves once the store is reachable, rejects with `StoreError` otherwise. */
   ping(): Promise<void>;
+  /**
+   * Resolves when the store can decide a check now: the whole path a check takes (on Redis, the
+   * script by EVAL and by EVALSHA, its clock, its reads and writes) run on a counter reserved
+   * for the probe, on every node a check may need. Rejects with the `StoreError` a check would
+   * get. `nowMs` as for `decide`.
+   */
+  probe(nowMs: number | undefined): Promise<void>;
   close(): Promise<void>;
 }
 

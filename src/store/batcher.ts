@@ -14,7 +14,8 @@ export interface BatcherOptions {
   /** The most requests in one call; 1 sends every request on its own. */
   limit: number;
   sendOne(checks: readonly CounterCheck[], nowMs: number | undefined): Promise<StoreDecision>;
-  sendBatch(requests: readonly BatchedDecide[]): Promise<StoreDecision[]>;
+  /** Resolves with each request's decision, or the error of a request that failed alone. */
+  sendBatch(requests: readonly BatchedDecide[]): Promise<(StoreDecision | Error)[]>;
 }
 
 interface Queued extends BatchedDecide {
@@ -35,7 +36,12 @@ export function createBatcher(options: BatcherOptions) {
     }
     sendBatch(batch).then(
       (decisions) => {
-        batch.forEach((queued, i) => queued.resolve(decisions[i] as StoreDecision));
+        batch.forEach((queued, i) => {
+          const decided = decisions[i];
+          if (decided instanceof Error) queued.reject(decided);
+          else if (decided !== undefined) queued.resolve(decided);
+          else queued.reject(new Error('ERR the batch reply lacks a request'));
+        });
       },
       (error: unknown) => {
         for (const queued of batch) queued.reject(error);

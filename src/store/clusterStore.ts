@@ -36,6 +36,8 @@ export interface SlotBackend {
   del(keys: string[]): Promise<number>;
   /** Resolves once every master answers. */
   ping(): Promise<void>;
+  /** The health probe on every master (see Store.probe). */
+  probe(nowMs: number | undefined): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -150,6 +152,14 @@ export function createClusterStore(backend: SlotBackend, options: ClusterStoreOp
     async ping() {
       try {
         await backend.ping();
+      } catch (error) {
+        throw classify(error);
+      }
+    },
+
+    async probe(nowMs) {
+      try {
+        await backend.probe(nowMs);
       } catch (error) {
         throw classify(error);
       }

@@ -99,6 +99,8 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store & { s
 
     async ping() {},
 
+    async probe() {},
+
     async close() {
       clearInterval(sweep);
       counters.clear();

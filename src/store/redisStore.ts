@@ -2,20 +2,25 @@ import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createSecureContext, type ConnectionOptions } from 'node:tls';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import { SettingsError, StoreError } from '../errors.js';
+import { SettingsError, type StoreError } from '../errors.js';
 import type { RedisSettings, RedisTls } from '../settings.js';
 import { createClusterStore, type SlotBackend } from './clusterStore.js';
 import type { Store } from './Store.js';
 import { createBatcher } from './batcher.js';
 import { withDeadline } from './deadline.js';
+import { classifyRedisError as classify } from './redisErrors.js';
+import { probeKey } from '../keys.js';
 import {
   batchArgs,
   decideArgs,
   loadDecisionScript,
+  probeArgs,
   readBatch,
   readDecision,
+  scriptSha,
   type ScriptArgs,
 } from './script.js';
+import { keySlot } from './slots.js';
 
 /**
  * The Redis store: each request decided in one EVALSHA of the decision script (see
@@ -42,6 +47,8 @@ export interface RedisStoreOptions {
    * for Redis Cluster, whose calls go per slot.
    */
   batchLimit?: number;
+  /** CACHE_KEY_PREFIX: the health probe's counter lives under it, as every counter does. */
+  keyPrefix?: string;
 }
 
 type DecideCommand = (...args: ScriptArgs) => Promise<unknown>;
@@ -74,7 +81,9 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
   });
   // ioredis reports connection trouble as events; the calls themselves fail fast meanwhile.
   redis.on('error', (error: Error) => options.onError?.(classify(error)));
-  redis.defineCommand('tollgateDecide', { lua: loadDecisionScript() });
+  const lua = loadDecisionScript();
+  const sha = scriptSha(lua);
+  redis.defineCommand('tollgateDecide', { lua });
   const script = (redis as unknown as { tollgateDecide: DecideCommand }).tollgateDecide.bind(redis);
   const timeoutMs = settings.timeoutMs;
   const decide = (...args: ScriptArgs) => withDeadline(script(...args), timeoutMs);
@@ -91,11 +100,16 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
       }
     },
     async sendBatch(requests) {
+      let reply: unknown;
       try {
-        return readBatch(await decide(...batchArgs(requests, skewToleranceMs)), requests);
+        reply = await decide(...batchArgs(requests, skewToleranceMs));
       } catch (error) {
         throw classify(error);
       }
+      // A request whose counter failed gets its error; the others their decisions.
+      return readBatch(reply, requests).map((decided) =>
+        decided instanceof Error ? classify(decided) : decided,
+      );
     },
   });
 
@@ -120,10 +134,37 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
       }
     },
 
+    async probe(nowMs) {
+      try {
+        if (redis.status === 'connecting' || redis.status === 'connect') await ready(redis, 1_000);
+        const args = probeArgs(probeKey(options.keyPrefix ?? ''), nowMs);
+        await runProbe(redis, lua, sha, args, timeoutMs);
+      } catch (error) {
+        throw classify(error);
+      }
+    },
+
     async close() {
       redis.disconnect();
     },
   };
+}
+
+/**
+ * The probe's script call, sent both ways a check may need: EVAL, which also loads the script,
+ * as after a NOSCRIPT; then EVALSHA, as every check goes. A Redis user may be granted one and not
+ * the other. Each is bounded as a check's call is.
+ */
+async function runProbe(
+  node: Redis | Cluster,
+  lua: string,
+  sha: string,
+  args: ScriptArgs,
+  timeoutMs: number,
+): Promise<void> {
+  const [numKeys, ...rest] = args as [number, ...(string | number)[]];
+  readDecision(await withDeadline(node.eval(lua, numKeys, ...rest), timeoutMs), 1);
+  readDecision(await withDeadline(node.evalsha(sha, numKeys, ...rest), timeoutMs), 1);
 }
 
 function singleOptions(settings: RedisSettings): RedisOptions {
@@ -209,7 +250,9 @@ function clusterBackend(settings: RedisSettings, options: RedisStoreOptions): Sl
       return sent;
     };
   });
-  cluster.defineCommand('tollgateDecide', { lua: loadDecisionScript() });
+  const lua = loadDecisionScript();
+  const sha = scriptSha(lua);
+  cluster.defineCommand('tollgateDecide', { lua });
   const decide = (cluster as unknown as { tollgateDecide: DecideCommand }).tollgateDecide.bind(
     cluster,
   );
@@ -223,10 +266,32 @@ function clusterBackend(settings: RedisSettings, options: RedisStoreOptions): Sl
       // Every master, since a request may need any of them.
       await Promise.all(masters.map((master) => withDeadline(master.ping(), settings.timeoutMs)));
     },
+    async probe(nowMs) {
+      if (cluster.status !== 'ready') await ready(cluster, 1_000);
+      const keys = probeKeysPerMaster(cluster, options.keyPrefix ?? '');
+      if (keys.length === 0) throw new Error('CLUSTERDOWN no master known yet');
+      await Promise.all(
+        keys.map((key) => runProbe(cluster, lua, sha, probeArgs(key, nowMs), settings.timeoutMs)),
+      );
+    },
+
     async close() {
       cluster.disconnect();
     },
   };
+}
+
+/** A probe key on a slot of each master that the slot map names, so the probe reaches them all. */
+function probeKeysPerMaster(cluster: Cluster, prefix: string): string[] {
+  const owners = new Set<string>();
+  for (const nodes of cluster.slots) if (nodes?.[0] !== undefined) owners.add(nodes[0]);
+  const keys: string[] = [];
+  for (let n = 0; owners.size > 0 && n < 100_000; n++) {
+    const key = probeKey(prefix, n);
+    const owner = cluster.slots[keySlot(key)]?.[0];
+    if (owner !== undefined && owners.delete(owner)) keys.push(key);
+  }
+  return keys;
 }
 
 /** Reads the TLS files once, at start-up, so a bad path or a mismatched pair stops it. */
@@ -274,21 +339,4 @@ function ready(redis: Redis | Cluster, timeoutMs: number): Promise<void> {
     const timer = setTimeout(done, timeoutMs);
     redis.once('ready', done);
   });
-}
-
-function classify(error: unknown): StoreError {
-  if (error instanceof StoreError) return error;
-  const message = error instanceof Error ? error.message : String(error);
-  const kind = /timed out/i.test(message)
-    ? 'timeout'
-    : /^OOM/.test(message)
-      ? 'out_of_memory'
-      : /^(BUSY|LOADING|MASTERDOWN|READONLY|TRYAGAIN|CLUSTERDOWN)/.test(message)
-        ? 'unavailable'
-        : /^(NOAUTH|WRONGPASS|NOPERM)/.test(message)
-          ? 'auth'
-          : /^ERR/.test(message)
-            ? 'script'
-            : 'connection';
-  return new StoreError(`redis: ${message}`, kind, { cause: error });
 }

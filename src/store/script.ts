@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { CounterCheck, CounterResult, StoreDecision } from './Store.js';
@@ -15,6 +16,32 @@ const PARTS = [
 export function loadDecisionScript(): string {
   const dir = new URL('../../lua/', import.meta.url);
   return PARTS.map((name) => readFileSync(fileURLToPath(new URL(name, dir)), 'utf8')).join('\n');
+}
+
+/** The script's SHA-1, as EVALSHA names it. */
+export function scriptSha(lua: string): string {
+  return createHash('sha1').update(lua).digest('hex');
+}
+
+/**
+ * The health probe's check: one unit of a 1-second fixed window on a counter of its own, so
+ * that it reads, decides and writes as a check does, and its key expires within a second. The
+ * key is under the namespace's prefix (the ACL's key pattern) and can never be a counter's:
+ * those hash tags start with a length.
+ */
+export function probeArgs(key: string, nowMs: number | undefined): ScriptArgs {
+  const check: CounterCheck = {
+    key,
+    algorithm: 'fixed_window',
+    windowMs: 1_000,
+    limit: 4_294_967_295,
+    burst: 4_294_967_295,
+    cost: 1,
+    shadow: false,
+    quota: false,
+    overdraw: false,
+  };
+  return decideArgs([check], { nowMs, skewToleranceMs: 0 });
 }
 
 export const ALGORITHM_CODES = { fixed_window: 1, sliding_window: 2, token_bucket: 3 } as const;
@@ -108,7 +135,7 @@ export function readPartDecision(reply: unknown, count: number): CallDecision {
 /** allowed, `width` numbers per counter, then the time the call decided at. */
 function replyNumbers(reply: unknown, width: number, count: number): number[] {
   if (!Array.isArray(reply) || reply.length !== 2 + width * count) {
-    throw new Error(`ERR unexpected reply from the decision script: ${JSON.stringify(reply)}`);
+    throw new Error(`ERR unexpected reply from the decision script: ${describe(reply)}`);
   }
   return reply as number[];
 }
@@ -141,12 +168,33 @@ export function batchArgs(requests: readonly BatchedDecide[], skewToleranceMs: n
   return args;
 }
 
-/** The replies of a batch call, one per request, in order. */
-export function readBatch(reply: unknown, requests: readonly BatchedDecide[]): StoreDecision[] {
+/**
+ * The replies of a batch call, one per request, in order: a decision, or the error reply of a
+ * request that failed alone (its counter is not one of tollgate's), or the error of a reply that
+ * cannot be read.
+ */
+export function readBatch(
+  reply: unknown,
+  requests: readonly BatchedDecide[],
+): (StoreDecision | Error)[] {
   if (!Array.isArray(reply) || reply.length !== requests.length) {
-    throw new Error(`ERR unexpected reply from the decision script: ${JSON.stringify(reply)}`);
+    throw new Error(`ERR unexpected reply from the decision script: ${describe(reply)}`);
   }
-  return requests.map((request, i) => readDecision(reply[i], request.checks.length));
+  return requests.map((request, i) => {
+    const own: unknown = reply[i];
+    if (own instanceof Error) return own;
+    try {
+      return readDecision(own, request.checks.length);
+    } catch (error) {
+      return error as Error;
+    }
+  });
+}
+
+/** A reply as an error message may show it: short, since a reply can hold a whole batch. */
+function describe(reply: unknown): string {
+  const text = JSON.stringify(reply) ?? String(reply);
+  return text.length > 200 ? `${text.slice(0, 200)}...` : text;
 }
 
 /** A refund call: gives back each counter's cost, consumed by a decide call at `atMs`. */

@@ -62,13 +62,21 @@ describe('an abusive tenant, with CLOCK=local on one injected clock', () => {
 
   it('gets the answers it gets without the cache, for a fraction of the script calls', async () => {
     const clock = manualClock();
-    const on = await startTollgate({ rules: RULES, redisUrl: redisOn.url, clock });
+    // The health probe runs at start-up only: these tests count script calls.
+    const HOUR = 3_600_000;
+    const on = await startTollgate({
+      rules: RULES,
+      redisUrl: redisOn.url,
+      clock,
+      healthIntervalMs: HOUR,
+    });
     running.push(on);
     const off = await startTollgate({
       rules: RULES,
       redisUrl: redisOff.url,
       clock,
       env: { OVER_LIMIT_CACHE_SIZE: '0' },
+      healthIntervalMs: HOUR,
     });
     running.push(off);
     const before = [await scriptCalls(redisOn), await scriptCalls(redisOff)];
@@ -130,6 +138,8 @@ describe('with CLOCK=redis', () => {
       rules: RULES,
       redisUrl: redis.url,
       env: { CLOCK: 'redis', ...env },
+      // The health probe runs at start-up only: these tests count script calls.
+      healthIntervalMs: 3_600_000,
     });
     return tollgate;
   }

@@ -3,7 +3,7 @@
 // request writes nothing.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startRedis, type TestRedis } from '../support/redis.js';
-import { codes, d, startTollgate, type Tollgate } from '../support/tollgate.js';
+import { codes, d, isProbeKey, startTollgate, type Tollgate } from '../support/tollgate.js';
 
 const RULES = `
 domain: ttl
@@ -63,7 +63,7 @@ async function allKeys(): Promise<string[]> {
   let cursor = '0';
   do {
     const [next, batch] = await redis.client.scan(cursor, 'COUNT', 100);
-    keys.push(...batch);
+    keys.push(...batch.filter((key) => !isProbeKey(key)));
     cursor = next;
   } while (cursor !== '0');
   return keys.sort();

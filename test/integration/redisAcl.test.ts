@@ -196,7 +196,7 @@ describe('a least-privilege ACL user', () => {
     const s = await storeAs('tollgate', acl(prefix));
     await expect(s.decide([counter('other:')], undefined)).rejects.toMatchObject({
       name: 'StoreError',
-      kind: 'auth',
+      kind: 'permission',
     });
 
     const raw = new Redis({

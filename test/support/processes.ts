@@ -20,6 +20,11 @@ export interface TollgateProcess {
 export interface SpawnOptions {
   /** Keep its standard output (the logs) for `stdout()`; by default it is discarded. */
   captureStdout?: boolean;
+  /**
+   * Resolve once its gRPC health answers at all, SERVING or not; by default, once it is
+   * SERVING. For a service that is expected to start unhealthy.
+   */
+  anyHealth?: boolean;
 }
 
 export async function spawnTollgate(
@@ -49,10 +54,11 @@ export async function spawnTollgate(
   const address = `127.0.0.1:${port}`;
   // A process that exited will never become healthy: say so at once, with its stderr.
   const exited = () => child.exitCode !== null || child.signalCode !== null;
-  const healthy = await eventually(
-    async () => exited() || (await healthStatus(address)) === 'SERVING',
-    15_000,
-  ).then(
+  const healthy = await eventually(async () => {
+    if (exited()) return true;
+    const status = await healthStatus(address);
+    return options.anyHealth === true || status === 'SERVING';
+  }, 15_000).then(
     () => !exited(),
     () => false,
   );

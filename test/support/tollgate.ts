@@ -58,6 +58,11 @@ export async function startTollgate(options: {
   clock?: ManualClock;
   /** The test client's credentials; insecure by default. */
   clientCredentials?: grpc.ChannelCredentials;
+  /**
+   * How often the store's health probe runs (see Store.probe). Tests that count Redis's script
+   * calls make it rare, so that only the probe at start-up runs.
+   */
+  healthIntervalMs?: number;
 }): Promise<Tollgate> {
   const clock = options.clock ?? manualClock();
   const rulesPath = writeRules(options.rules);
@@ -77,6 +82,7 @@ export async function startTollgate(options: {
     settings,
     clock: () => clock.now,
     env: options.env ?? {},
+    healthIntervalMs: options.healthIntervalMs,
   });
   const { grpcPort, httpPort } = await service.start();
   const address = `127.0.0.1:${grpcPort}`;
@@ -159,6 +165,9 @@ export function healthStatus(address: string): Promise<string> {
     ),
   );
 }
+
+/** Whether a Redis key is the health probe's counter, which every running service writes. */
+export const isProbeKey = (key: string): boolean => /(^|:)tg:\{probe/.test(key);
 
 /** Polls until `probe` resolves true, or fails after timeoutMs. */
 export async function eventually(probe: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {

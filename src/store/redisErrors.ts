@@ -1,0 +1,56 @@
+import { StoreError } from '../errors.js';
+
+/**
+ * Redis failures as StoreErrors, each with a kind named for what happened. The kind labels
+ * `tollgate_store_errors_total` and the logs, so the set is fixed:
+ *
+ * | kind | what happened |
+ * |---|---|
+ * | `timeout` | Redis did not answer within REDIS_TIMEOUT |
+ * | `connection` | no connection to Redis: refused, closed, reconnecting |
+ * | `out_of_memory` | Redis refused a write past `maxmemory` |
+ * | `wrong_type` | a counter key holds something tollgate did not write |
+ * | `permission` | the Redis user may not run a command tollgate needs (ACL) |
+ * | `auth` | Redis refused the credentials |
+ * | `unavailable` | Redis answered, but cannot serve now: loading, busy, read-only, cluster down |
+ * | `script` | any other error reply, e.g. an unexpected reply from the script |
+ */
+export const STORE_ERROR_KINDS = [
+  'timeout',
+  'connection',
+  'out_of_memory',
+  'wrong_type',
+  'permission',
+  'auth',
+  'unavailable',
+  'script',
+] as const;
+
+export type StoreErrorKind = (typeof STORE_ERROR_KINDS)[number];
+
+/** Error replies by their leading code; inside a script Redis keeps the code of the command. */
+const REPLY_KINDS: readonly [RegExp, StoreErrorKind][] = [
+  [/^OOM\b/, 'out_of_memory'],
+  [/^WRONGTYPE\b/, 'wrong_type'],
+  [/^NOPERM\b|\bNOPERM\b/, 'permission'],
+  [/^(NOAUTH|WRONGPASS)\b/, 'auth'],
+  [/^(BUSY|LOADING|MASTERDOWN|READONLY|TRYAGAIN|CLUSTERDOWN|NOREPLICAS|MISCONF)\b/, 'unavailable'],
+];
+
+export function classifyRedisError(error: unknown): StoreError {
+  if (error instanceof StoreError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  return new StoreError(`redis: ${message}`, kindOf(error, message), { cause: error });
+}
+
+function kindOf(error: unknown, message: string): StoreErrorKind {
+  for (const [pattern, kind] of REPLY_KINDS) if (pattern.test(message)) return kind;
+  // An error reply from Redis (ioredis's ReplyError), or one of ours about a reply.
+  if (isReply(error) || /^ERR\b/.test(message)) return 'script';
+  if (/timed? ?out/i.test(message)) return 'timeout';
+  return 'connection';
+}
+
+function isReply(error: unknown): boolean {
+  return error instanceof Error && error.name === 'ReplyError';
+}

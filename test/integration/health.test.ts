@@ -1,0 +1,112 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
+import { startRedis, type TestRedis } from '../support/redis.js';
+import { callCheck, d, eventually, healthStatus } from '../support/tollgate.js';
+
+// Health tells whether checks can be decided, not only whether Redis answers PING. A Redis user
+// without one of the commands a check needs passes PING, yet every check fails: health must say
+// NOT_SERVING (FAILURE_MODE=error) with a reason that names the missing command, tollgate must
+// say so at start-up, and health must recover by itself once the user is granted it.
+
+const RULES = `
+domain: health
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`;
+/** README's least-privilege ACL line. */
+const COMMANDS = ['+evalsha', '+eval', '+hmget', '+hset', '+pexpire', '+time', '+ping', '+del'];
+
+let redis: TestRedis;
+const running: TollgateProcess[] = [];
+
+beforeAll(async () => {
+  redis = await startRedis();
+});
+
+afterAll(async () => {
+  await Promise.all(running.map((t) => t.stop()));
+  await redis?.stop();
+});
+
+async function asUser(user: string, commands: string[], env: Record<string, string> = {}) {
+  await redis.client.call(
+    'ACL',
+    ...['SETUSER', user, 'reset', 'on', '>secret', 'resetkeys', '~tg:*', 'resetchannels', '-@all'],
+    ...commands,
+  );
+  const tollgate = await spawnTollgate(
+    RULES,
+    {
+      REDIS_URL: `redis://${user}:secret@127.0.0.1:${redis.port}`,
+      REDIS_TIMEOUT: '1s',
+      LOG_LEVEL: 'info',
+      ...env,
+    },
+    { captureStdout: true, anyHealth: true },
+  );
+  running.push(tollgate);
+  return tollgate;
+}
+
+async function healthcheck(tollgate: TollgateProcess): Promise<[number, string]> {
+  const response = await fetch(`${tollgate.httpUrl}/healthcheck`);
+  return [response.status, await response.text()];
+}
+
+describe('health with a Redis user that may not run what checks need', () => {
+  it('is SERVING with exactly the commands of the ACL line', async () => {
+    const tollgate = await asUser('complete', COMMANDS);
+    expect(await healthcheck(tollgate)).toEqual([200, 'OK']);
+    expect(
+      (await callCheck(tollgate.client, { domain: 'health', descriptors: [d('tenant', 'a')] }))
+        .overall_code,
+    ).toBe('OK');
+  });
+
+  it.each(['time', 'eval', 'evalsha', 'hmget', 'hset', 'pexpire'])(
+    'without +%s: NOT_SERVING, naming the command, from start-up',
+    async (command) => {
+      const tollgate = await asUser(
+        `without-${command}`,
+        COMMANDS.filter((c) => c !== `+${command}`),
+      );
+      expect(await healthStatus(tollgate.address)).toBe('NOT_SERVING');
+      const [status, reason] = await healthcheck(tollgate);
+      expect(status).toBe(500);
+      expect(reason).toMatch(/^NOT_SERVING: store refuses checks \(FAILURE_MODE=error\): redis: /);
+      expect(reason).toContain(`'${command}' command`);
+      // Said at start-up, in the logs, with the same reason.
+      expect(tollgate.stdout()).toContain(
+        'store refuses checks: no check can be decided until this is fixed',
+      );
+      expect(tollgate.stdout()).toContain(`'${command}' command`);
+    },
+  );
+
+  it('says so, and stays SERVING, with FAILURE_MODE=allow', async () => {
+    const tollgate = await asUser(
+      'allowing',
+      COMMANDS.filter((c) => c !== '+time'),
+      { FAILURE_MODE: 'allow' },
+    );
+    expect(await healthStatus(tollgate.address)).toBe('SERVING');
+    const [status, reason] = await healthcheck(tollgate);
+    expect(status).toBe(200);
+    expect(reason).toMatch(
+      /^OK: store refuses checks, answering per FAILURE_MODE=allow: redis: .*'time' command/,
+    );
+  });
+
+  it('turns SERVING by itself once the user is granted the command', async () => {
+    const tollgate = await asUser(
+      'granted-later',
+      COMMANDS.filter((c) => c !== '+time'),
+    );
+    expect(await healthStatus(tollgate.address)).toBe('NOT_SERVING');
+    await redis.client.call('ACL', 'SETUSER', 'granted-later', '+time');
+    await eventually(async () => (await healthStatus(tollgate.address)) === 'SERVING', 10_000);
+    expect(await healthcheck(tollgate)).toEqual([200, 'OK']);
+    expect(tollgate.stdout()).toContain('store decides checks again');
+  });
+});
