@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Entry } from './check.js';
 import type { Algorithm, RuleNode } from './rules/types.js';
 
@@ -7,10 +8,23 @@ import type { Algorithm, RuleNode } from './rules/types.js';
  *   PREFIX tg:{DOMAIN TENANT_KEY TENANT_VALUE}TENANT_POSITION|ROUTE_KEY ROUTE_VALUE ...|ALGORITHM:WINDOW_MS
  *
  * Every part is length-prefixed (`<utf-8 bytes>:<text>`) and the tenant's position among the
- * entries is kept, so two different descriptors never share a key whatever bytes they hold. The braces are a Redis Cluster hash tag: every counter of
- * one tenant lives on one slot, so a request whose descriptors share a tenant is one script call.
- * Inside the tag `\`, `{` and `}` are escaped, because Redis ends the tag at the first `}`.
+ * entries is kept, so two different descriptors never share a key whatever bytes they hold. The
+ * braces are a Redis Cluster hash tag: every counter of one tenant lives on one slot, so a request
+ * whose descriptors share a tenant is one script call. Inside the tag `\`, `{` and `}` are
+ * escaped, because Redis ends the tag at the first `}`.
+ *
+ * A tag or a route longer than LONG_PART_BYTES is replaced by `#` and 128 bits of its SHA-256, so
+ * a key stays under about 250 bytes however long the request's values are (MAX_ENTRY_BYTES allows
+ * 1 KB each): what one request can write to Redis is bounded by its number of counters. A hashed
+ * tag is still the tenant's own, so its counters still share a slot. `#` cannot start a part
+ * that is not hashed (those start with a length), so a hashed key never equals another key.
+ *
+ * The namespace `tg:` holds Redis hashes of the fields that `lua/` writes. Instances that share
+ * a Redis during a rolling deploy must agree on each counter's name and type: a change to the type
+ * of a counter's value takes a new namespace, never `tg:`, and a change to how keys are spelled
+ * says which counters it restarts (see README, "Key format and upgrades").
  */
+export const LONG_PART_BYTES = 100;
 
 const ALGORITHM_CODES: Readonly<Record<Algorithm, string>> = {
   fixed_window: 'fw',
@@ -59,7 +73,13 @@ export function counterKey(
     if (i === tenant) tag += pair;
     else route += pair;
   }
-  return `${prefix}tg:{${escapeTag(tag)}}${tenant}|${route}|${ALGORITHM_CODES[algorithm]}:${windowMs}`;
+  return `${prefix}tg:{${short(escapeTag(tag))}}${tenant}|${short(route)}|${ALGORITHM_CODES[algorithm]}:${windowMs}`;
+}
+
+/** The part itself, or `#` and 128 bits of its SHA-256 when it is over LONG_PART_BYTES. */
+function short(text: string): string {
+  if (text.length <= LONG_PART_BYTES / 3 || Buffer.byteLength(text) <= LONG_PART_BYTES) return text;
+  return `#${createHash('sha256').update(text).digest().subarray(0, 16).toString('base64url')}`;
 }
 
 /**

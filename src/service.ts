@@ -136,6 +136,7 @@ export function createService(options: ServiceOptions): Service {
     maxDescriptors: settings.maxDescriptors,
     maxEntries: settings.maxEntries,
     maxEntryBytes: settings.maxEntryBytes,
+    limitOverrides: settings.limitOverrides,
   };
   const onInternalError = (error: unknown) =>
     logger.error({ err: error }, 'internal error answering a check');

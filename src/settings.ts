@@ -31,6 +31,8 @@ export interface Settings {
   maxDescriptors: number;
   maxEntries: number;
   maxEntryBytes: number;
+  /** A descriptor's `limit` override is decided (true) or refused as INVALID_ARGUMENT. */
+  limitOverrides: boolean;
   workers: number;
   logLevel: LogLevel;
   logFormat: 'json' | 'text';
@@ -144,6 +146,7 @@ export function readSettings(env: Env = process.env): Settings {
     maxDescriptors: integer(env, 'MAX_DESCRIPTORS', 64, 1, 100_000),
     maxEntries: integer(env, 'MAX_ENTRIES', 16, 1, 10_000),
     maxEntryBytes: integer(env, 'MAX_ENTRY_BYTES', 1024, 1, 1 << 24),
+    limitOverrides: boolean(env, 'LIMIT_OVERRIDES_ENABLED', true),
     workers: integer(env, 'WORKERS', 1, 1, 1024),
     logLevel: oneOf(
       env,

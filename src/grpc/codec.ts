@@ -13,6 +13,8 @@ export interface RequestLimits {
   maxDescriptors: number;
   maxEntries: number;
   maxEntryBytes: number;
+  /** LIMIT_OVERRIDES_ENABLED: false refuses a descriptor's `limit`. Allowed unless false. */
+  limitOverrides?: boolean;
 }
 
 /** grpc-js answers INTERNAL when a deserializer throws, so a bad request is a value instead. */
@@ -141,6 +143,9 @@ function toDescriptor(wire: WireDescriptor, path: string, limits: RequestLimits)
     }),
   };
   if (wire.limit) {
+    if (limits.limitOverrides === false) {
+      fail(`${path}.limit: limit overrides are refused (LIMIT_OVERRIDES_ENABLED=false)`);
+    }
     const unit = overrideUnits[wire.limit.unit];
     if (unit === undefined) {
       fail(`${path}.limit.unit is ${wire.limit.unit === 0 ? 'UNKNOWN' : wire.limit.unit}`);

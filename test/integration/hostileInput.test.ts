@@ -317,9 +317,9 @@ describe('hostile requests, while a bystander keeps calling', () => {
     await expectStillServing();
   });
 
-  it('64 descriptors of 16 entries of 1 KB keys and values (the bounds) are decided, once', async () => {
+  it('64 descriptors of 16 entries of 1 KB keys and values (the bounds) are decided, once, in bounded memory', async () => {
     // The largest request within the defaults: about 2 MB. With a limit override every
-    // descriptor becomes a counter, whose key holds all of its 32 KB of entries.
+    // descriptor becomes a counter; its 32 KB of entries are hashed into a key of about 100 bytes.
     const big = (i: number, j: number) => `${i}-${j}-`.padEnd(1024, 'x');
     const request = {
       domain: 'hostile',
@@ -328,7 +328,9 @@ describe('hostile requests, while a bystander keeps calling', () => {
         limit: { requests_per_unit: 1, unit: 'YEAR' },
       })),
     };
-    const before = Number(/^used_memory:(\d+)/m.exec(await redis.client.info('memory'))?.[1]);
+    const usedMemory = async () =>
+      Number(/^used_memory:(\d+)/m.exec(await redis.client.info('memory'))?.[1]);
+    const before = await usedMemory();
     const started = performance.now();
     const response = await check(request);
     const ms = performance.now() - started;
@@ -336,23 +338,59 @@ describe('hostile requests, while a bystander keeps calling', () => {
     expect(response.statuses).toHaveLength(64);
     const again = await check(request);
     expect(again.overall_code).toBe('OVER_LIMIT');
-    const after = Number(/^used_memory:(\d+)/m.exec(await redis.client.info('memory'))?.[1]);
-    const keys = await redis.client.keys('tg:{*');
-    const big64 = keys.filter((key) => key.length > 32_000);
-    const ttls = await Promise.all(big64.map((key) => redis.client.pttl(key)));
+    const after = await usedMemory();
+    const keys = (await redis.client.keys('tg:{#*')).filter((key) =>
+      key.endsWith('|sw:31536000000'),
+    );
+    const sizes = await Promise.all(keys.map((key) => redis.client.memory('USAGE', key)));
+    const ttls = await Promise.all(keys.map((key) => redis.client.pttl(key)));
     console.log(
       `[hostile] 64×16 entries of 1 KB with a YEAR override: decided in ${ms.toFixed(0)} ms; ` +
-        `${big64.length} keys of ${big64[0]?.length} bytes, Redis grew ${((after - before) / 1e6).toFixed(2)} MB, ` +
+        `${keys.length} keys of ${Math.max(...keys.map((k) => k.length))} bytes at most, ` +
+        `MEMORY USAGE ${Math.max(...sizes.map(Number))} bytes a key at most, ` +
+        `Redis grew ${((after - before) / 1e3).toFixed(1)} KB, ` +
         `TTL up to ${(Math.max(...ttls) / 86_400_000).toFixed(0)} days`,
     );
-    expect(big64).toHaveLength(64);
-    // Bounded, as documented: each key expires, at most two windows (two years) from now.
+    expect(keys).toHaveLength(64);
+    for (const key of keys) expect(Buffer.byteLength(key)).toBeLessThanOrEqual(260);
+    // README's bound: at most MAX_DESCRIPTORS counters a request, each at most 512 bytes in Redis.
+    for (const size of sizes) expect(Number(size)).toBeLessThanOrEqual(512);
+    // Each key expires, at most two windows (two years) from now; LIMIT_OVERRIDES_ENABLED=false
+    // refuses such requests altogether (below).
     for (const ttl of ttls) {
       expect(ttl).toBeGreaterThan(0);
       expect(ttl).toBeLessThanOrEqual(2 * 365 * 86_400_000);
     }
-    expect(after - before).toBeLessThan(64 * 40_000 * 2);
     await expectStillServing();
+  });
+
+  it('a limit override, with LIMIT_OVERRIDES_ENABLED=false, is INVALID_ARGUMENT naming it', async () => {
+    const strict = await spawnTollgate(RULES, {
+      REDIS_URL: redis.url,
+      LIMIT_OVERRIDES_ENABLED: 'false',
+    });
+    try {
+      const override = {
+        domain: 'hostile',
+        descriptors: [
+          d('tenant', 'plain'),
+          { ...d('tenant', 'own'), limit: { requests_per_unit: 5, unit: 'YEAR' } },
+        ],
+      };
+      expect(await rejection(callCheck(strict.client, override))).toEqual({
+        code: 'INVALID_ARGUMENT',
+        details:
+          'descriptors[1].limit: limit overrides are refused (LIMIT_OVERRIDES_ENABLED=false)',
+      });
+      expect(await redis.client.keys('tg:{*own*')).toEqual([]);
+      const plain = await callCheck(strict.client, {
+        domain: 'hostile',
+        descriptors: [d('tenant', 'plain')],
+      });
+      expect(plain.overall_code).toBe('OK');
+    } finally {
+      await strict.stop();
+    }
   });
 });
 

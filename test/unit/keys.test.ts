@@ -179,3 +179,71 @@ describe('counterKey', () => {
     );
   });
 });
+
+describe('counterKey with long values', () => {
+  const long = (n: number, fill = 'x') => fill.repeat(n);
+  // Values around and far past the point where a part is hashed, in several alphabets.
+  const longText = fc
+    .tuple(fc.constantFrom('a', 'é', '日', '{', '}'), fc.integer({ min: 20, max: 1_200 }))
+    .map(([fill, n]) => fill.repeat(n));
+  const anyText = fc.oneof(text, longText);
+  const longCounter = fc.record({
+    domain: fc.constantFrom('api', long(200)),
+    entries: fc.array(fc.record({ key: fc.constantFrom('tenant', 'route'), value: anyText }), {
+      minLength: 1,
+      maxLength: 4,
+    }),
+    algorithm,
+    windowMs: fc.constantFrom(1_000, 60_000),
+  });
+
+  it('spells out keys whose parts fit, as they always were', () => {
+    const entries = [
+      { key: 'tenant', value: 'acme' },
+      { key: 'route', value: '/orders' },
+    ];
+    expect(counterKey('', 'api', entries, undefined, 'sliding_window', 30_000)).toBe(
+      'tg:{3:api6:tenant4:acme}0|5:route7:/orders|sw:30000',
+    );
+  });
+
+  it('stays short and injective, and keeps one hash tag per tenant, however long the values', () => {
+    fc.assert(
+      fc.property(longCounter, longCounter, (a, b) => {
+        const keyA = keyOf(a, 'tenant');
+        const keyB = keyOf(b, 'tenant');
+        expect(Buffer.byteLength(keyA)).toBeLessThanOrEqual(260);
+        const same = JSON.stringify(a) === JSON.stringify(b);
+        expect(keyA === keyB).toBe(same);
+        // The same tenant under another route and algorithm: the same slot.
+        const tenant = a.entries.find((e) => e.key === 'tenant') ?? a.entries[0]!;
+        const other = counterKey(
+          '',
+          a.domain,
+          [tenant, { key: 'route', value: long(500) }],
+          'tenant',
+          'token_bucket',
+          7_000,
+        );
+        expect(hashTag(other)).toBe(hashTag(keyA));
+      }),
+      { numRuns: 2_000 },
+    );
+  });
+
+  it('hashes the largest descriptor a request may hold into a key of about 250 bytes', () => {
+    const entries = Array.from({ length: 16 }, (_, i) => ({
+      key: `${i}${long(1_023)}`,
+      value: long(1_024, '日').slice(0, 341),
+    }));
+    const key = counterKey(
+      'edge1:',
+      long(1_024),
+      entries,
+      undefined,
+      'sliding_window',
+      31_536_000_000,
+    );
+    expect(key).toMatch(/^edge1:tg:\{#[A-Za-z0-9_-]{22}\}0\|#[A-Za-z0-9_-]{22}\|sw:31536000000$/);
+  });
+});
