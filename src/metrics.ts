@@ -42,6 +42,9 @@
  * - `tollgate_metrics_detailed_overflow_total`: rule outcomes reported under `_overflow`.
  * - `tollgate_over_limit_cache_hits_total`: checks denied from the over-limit cache, without a
  *   store call.
+ * - `tollgate_bounds_reached_total{bound}`: what the server's bounds refused or ended, by bound:
+ *   grpc_connections, grpc_calls, grpc_receiving_bytes, grpc_call_timeout, grpc_connection_age,
+ *   http_connections.
  * - `tollgate_process_*`, `tollgate_nodejs_*`: prom-client's process and Node.js metrics.
  *
  * Under WORKERS > 1 each worker counts in its own registry, and /metrics answers the sum of every
@@ -61,6 +64,17 @@ import type { CheckEvent, RuleOutcome } from './outcome.js';
 
 export type RpcOutcome = 'ok' | 'over_limit' | 'invalid' | 'unavailable' | 'internal';
 
+/** The server's bounds, as `tollgate_bounds_reached_total` labels them. */
+const BOUNDS = [
+  'grpc_connections',
+  'grpc_calls',
+  'grpc_receiving_bytes',
+  'grpc_call_timeout',
+  'grpc_connection_age',
+  'http_connections',
+] as const;
+export type Bound = (typeof BOUNDS)[number];
+
 export interface MetricsOptions {
   /** Distinct label sets for descriptor-valued keys, in total (METRICS_MAX_DETAILED_SERIES). */
   maxDetailedSeries: number;
@@ -77,6 +91,8 @@ export interface Metrics {
   invalidRequest(): void;
   /** One call per rules load or reload. */
   configLoad(ok: boolean): void;
+  /** A server bound refused or ended a connection or a call. */
+  boundReached(bound: Bound): void;
   /** The Content-Type of `text()`. */
   readonly contentType: string;
   /** The text exposition, for GET /metrics. */
@@ -241,6 +257,13 @@ export function createMetrics(options: MetricsOptions): Metrics {
     help: 'Checks denied from the over-limit cache, without a store call.',
     registers,
   });
+  const boundsReached = new Counter({
+    name: 'tollgate_bounds_reached_total',
+    help: "Connections and calls the server's bounds refused or ended, by bound.",
+    labelNames: ['bound'] as const,
+    registers,
+  });
+  for (const bound of BOUNDS) boundsReached.labels(bound).inc(0);
 
   // Children bound once: labels() hashes its arguments on every call.
   const shouldRateLimit = { grpc_method: 'ShouldRateLimit' };
@@ -333,6 +356,10 @@ export function createMetrics(options: MetricsOptions): Metrics {
       if (!(seconds >= 0 && Number.isFinite(seconds))) return;
       responseTimeChild.observe(seconds);
       checkDurationChild.get(outcome)?.observe(seconds);
+    },
+
+    boundReached(bound: Bound): void {
+      boundsReached.labels(bound).inc();
     },
 
     invalidRequest(): void {

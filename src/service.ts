@@ -2,7 +2,7 @@ import type { Check, Decision } from './check.js';
 import { InvalidRequestError, StoreError } from './errors.js';
 import { createServerCredentials } from './grpc/credentials.js';
 import { createGrpcServer } from './grpc/server.js';
-import { grpcServerOptions } from './grpc/serverOptions.js';
+import { grpcServerOptions, guardOptions } from './grpc/serverOptions.js';
 import { createHttpServer } from './http/server.js';
 import { createLimiter } from './limiter.js';
 import { createLogger, type Logger } from './logger.js';
@@ -42,6 +42,21 @@ export interface Service {
   start(): Promise<{ grpcPort: number; httpPort: number }>;
   /** Health turns NOT_SERVING, in-flight calls finish (within graceMs), then everything closes. */
   stop(graceMs?: number): Promise<void>;
+}
+
+/**
+ * Why POST /json refuses checks, or undefined when it serves them. While gRPC requires client
+ * certificates, the plain HTTP port would let anyone spend the quotas that only certified callers
+ * may: it refuses unless HTTP_JSON=on says to serve it anyway.
+ */
+function jsonRefusal(settings: Settings): string | undefined {
+  if (settings.http.json === 'on') return undefined;
+  if (settings.http.json === 'off') return 'POST /json is off (HTTP_JSON=off)';
+  if (settings.grpcServer.tls?.clientCaPath === undefined) return undefined;
+  return (
+    'POST /json is off while gRPC requires client certificates (GRPC_CLIENT_TLS_CACERT), ' +
+    'which this plain HTTP port cannot ask for; HTTP_JSON=on serves it anyway'
+  );
 }
 
 /** Store errors that mean Redis cannot be reached or cannot serve now; the rest are refusals. */
@@ -147,6 +162,10 @@ export function createService(options: ServiceOptions): Service {
     onInternalError,
     onInvalidRequest,
     serverOptions: grpcServerOptions(settings.grpcServer),
+    guard: {
+      ...guardOptions(settings.grpcServer),
+      onBound: (bound) => metrics.boundReached(`grpc_${bound}`),
+    },
     credentials: createServerCredentials(settings.grpcServer.tls, {
       onReloadError: (error) =>
         logger.error({ err: error }, 'TLS files not reloaded; serving the previous ones'),
@@ -189,6 +208,9 @@ export function createService(options: ServiceOptions): Service {
     limits,
     onInternalError,
     onInvalidRequest,
+    jsonRefusal: jsonRefusal(settings),
+    bounds: settings.http,
+    onConnectionRefused: () => metrics.boundReached('http_connections'),
   });
 
   let probing = false;

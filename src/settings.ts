@@ -51,6 +51,7 @@ export interface Settings {
     maxDetailedSeries: number;
   };
   grpcServer: GrpcServerSettings;
+  http: HttpServerSettings;
   /** How long SIGTERM waits for calls in flight. */
   shutdownGraceMs: number;
   /** Denied counters remembered until their reset, so repeated denials skip the store; 0: off. */
@@ -60,8 +61,16 @@ export interface Settings {
 export interface GrpcServerSettings {
   maxConnectionAgeMs: number;
   maxConnectionAgeGraceMs: number;
-  /** 0: no limit. */
+  /** Calls at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); 0: no limit. */
   maxConcurrentStreams: number;
+  /** Connections at once, per listening address. */
+  maxConnections: number;
+  /** Calls open at once, across connections. */
+  maxCalls: number;
+  /** Bytes of requests still arriving, across calls. */
+  maxReceivingBytes: number;
+  /** How long a call may stay open, from its headers to its last byte. */
+  callTimeoutMs: number;
   keepaliveTimeMs: number;
   keepaliveTimeoutMs: number;
   /** TLS when GRPC_SERVER_USE_TLS is true; mutual TLS when `clientCaPath` is set. */
@@ -73,6 +82,17 @@ export interface GrpcServerSettings {
         clientSan: string | undefined;
       }
     | undefined;
+}
+
+export interface HttpServerSettings {
+  /** Connections at once. */
+  maxConnections: number;
+  /** How long a request's headers may take to arrive. */
+  headersTimeoutMs: number;
+  /** How long a whole request may take to arrive. */
+  requestTimeoutMs: number;
+  /** POST /json: `auto` serves it unless gRPC requires client certificates. */
+  json: 'auto' | 'on' | 'off';
 }
 
 export type FailureMode = 'error' | 'deny' | 'allow';
@@ -128,6 +148,7 @@ export function readSettings(env: Env = process.env): Settings {
         )
       : BUNDLED_RULES;
 
+  const redisTimeoutMs = duration(env, 'REDIS_TIMEOUT', '15ms');
   const settings: Settings = {
     grpcHost: get('GRPC_HOST', '0.0.0.0'),
     grpcPort: integer(env, 'GRPC_PORT', 8081, 0, 65_535),
@@ -169,7 +190,13 @@ export function readSettings(env: Env = process.env): Settings {
       nearLimitRatio: ratio(env, 'NEAR_LIMIT_RATIO', 0.8),
       maxDetailedSeries: integer(env, 'METRICS_MAX_DETAILED_SERIES', 1000, 0, 1_000_000),
     },
-    grpcServer: readGrpcServer(env),
+    grpcServer: readGrpcServer(env, redisTimeoutMs),
+    http: {
+      maxConnections: integer(env, 'HTTP_MAX_CONNECTIONS', 1_000, 1, 1_000_000),
+      headersTimeoutMs: duration(env, 'HTTP_HEADERS_TIMEOUT', '10s', 1),
+      requestTimeoutMs: duration(env, 'HTTP_REQUEST_TIMEOUT', '30s', 1),
+      json: oneOf(env, 'HTTP_JSON', ['auto', 'on', 'off'] as const, 'auto', true),
+    },
     shutdownGraceMs: duration(env, 'SHUTDOWN_GRACE', '10s', 0),
     overLimitCacheSize: integer(env, 'OVER_LIMIT_CACHE_SIZE', 10_000, 0, 10_000_000),
   };
@@ -179,13 +206,18 @@ export function readSettings(env: Env = process.env): Settings {
       'CACHE_KEY_PREFIX: may not contain { or }, which Redis reads as a hash tag',
     );
   }
+  if (settings.http.headersTimeoutMs > settings.http.requestTimeoutMs) {
+    throw new SettingsError(
+      `HTTP_HEADERS_TIMEOUT: ${settings.http.headersTimeoutMs}ms is longer than HTTP_REQUEST_TIMEOUT (${settings.http.requestTimeoutMs}ms), which includes the headers`,
+    );
+  }
   if (settings.workers > 1 && !settings.redis) {
     throw new SettingsError('WORKERS: more than 1 needs REDIS_URL, since workers share no memory');
   }
   return settings;
 }
 
-function readGrpcServer(env: Env): GrpcServerSettings {
+function readGrpcServer(env: Env, redisTimeoutMs: number): GrpcServerSettings {
   const useTls = boolean(env, 'GRPC_SERVER_USE_TLS', false);
   const certPath = optional(env, 'GRPC_SERVER_TLS_CERT');
   const keyPath = optional(env, 'GRPC_SERVER_TLS_KEY');
@@ -197,7 +229,11 @@ function readGrpcServer(env: Env): GrpcServerSettings {
   return {
     maxConnectionAgeMs: duration(env, 'GRPC_MAX_CONNECTION_AGE', '24h'),
     maxConnectionAgeGraceMs: duration(env, 'GRPC_MAX_CONNECTION_AGE_GRACE', '1h'),
-    maxConcurrentStreams: integer(env, 'GRPC_MAX_CONCURRENT_STREAMS', 0, 0, 2 ** 31 - 1),
+    maxConcurrentStreams: integer(env, 'GRPC_MAX_CONCURRENT_STREAMS', 100, 0, 2 ** 31 - 1),
+    maxConnections: integer(env, 'GRPC_MAX_CONNECTIONS', 10_000, 1, 1_000_000),
+    maxCalls: integer(env, 'GRPC_MAX_CALLS', 5_000, 1, 1_000_000),
+    maxReceivingBytes: integer(env, 'GRPC_MAX_RECEIVING_BYTES', 64 * 1024 * 1024, 1, 2 ** 40),
+    callTimeoutMs: callTimeout(env, redisTimeoutMs),
     keepaliveTimeMs: duration(env, 'GRPC_KEEPALIVE_TIME', '2h'),
     keepaliveTimeoutMs: duration(env, 'GRPC_KEEPALIVE_TIMEOUT', '20s'),
     tls:
@@ -210,6 +246,21 @@ function readGrpcServer(env: Env): GrpcServerSettings {
           }
         : undefined,
   };
+}
+
+/**
+ * GRPC_CALL_TIMEOUT bounds a call's whole life, its decision included, so it must outlast
+ * REDIS_TIMEOUT: by default 10 s, or twice REDIS_TIMEOUT when that is longer.
+ */
+function callTimeout(env: Env, redisTimeoutMs: number): number {
+  const fallback = Math.max(10_000, 2 * redisTimeoutMs);
+  const given = duration(env, 'GRPC_CALL_TIMEOUT', `${fallback}ms`, 1);
+  if (given <= redisTimeoutMs) {
+    throw new SettingsError(
+      `GRPC_CALL_TIMEOUT: '${env.GRPC_CALL_TIMEOUT}' must be longer than REDIS_TIMEOUT (${redisTimeoutMs}ms), which a call may spend in Redis`,
+    );
+  }
+  return given;
 }
 
 /** The Redis settings are validated even without REDIS_URL, so a typo never waits for later. */

@@ -12,6 +12,7 @@ import {
   type RequestLimits,
   type ResponseHeader,
 } from './codec.js';
+import { guardServer, type GuardOptions } from './guard.js';
 import { packageDefinition, rlsServiceName, shouldRateLimitMethod } from './protos.js';
 import { addReflection } from './reflection.js';
 import { toGrpcStatus } from './status.js';
@@ -31,6 +32,8 @@ export interface GrpcServerOptions {
   serverOptions?: grpc.ServerOptions;
   /** TLS for every address listened on (see `createServerCredentials`); insecure by default. */
   credentials?: grpc.ServerCredentials;
+  /** Bounds on connections, calls and their bytes and time (see guard.ts); none by default. */
+  guard?: GuardOptions;
 }
 
 export interface GrpcServer {
@@ -49,6 +52,7 @@ const healthServices = ['', rlsServiceName];
 
 export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
   const server = new grpc.Server(options.serverOptions);
+  const guard = options.guard ? guardServer(server, options.guard) : undefined;
   const health = new HealthImplementation();
   const setServing = (serving: boolean): void => {
     for (const name of healthServices) health.setStatus(name, serving ? 'SERVING' : 'NOT_SERVING');
@@ -120,14 +124,16 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
     shutdown: (graceMs) =>
       new Promise((resolve) => {
         setServing(false);
+        const done = () => {
+          clearTimeout(timer);
+          guard?.close();
+          resolve();
+        };
         const timer = setTimeout(() => {
           server.forceShutdown();
-          resolve();
+          done();
         }, graceMs);
-        server.tryShutdown(() => {
-          clearTimeout(timer);
-          resolve();
-        });
+        server.tryShutdown(done);
       }),
   };
 }

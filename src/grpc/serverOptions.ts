@@ -1,23 +1,36 @@
 import type { ServerOptions } from '@grpc/grpc-js';
 import type { GrpcServerSettings } from '../settings.js';
 
+import type { GuardOptions } from './guard.js';
+
 /**
- * The gRPC server's connection settings as grpc-js channel options. Envoy keeps its connections
- * to tollgate open for as long as it can, so without a maximum connection age the instances
- * started later (a scale-out, a rolling deploy) would receive no traffic: the age makes Envoy
- * reconnect now and then, and its load balancer then spreads the new connections.
+ * The gRPC server's connection settings: grpc-js channel options, and the bounds that the guard
+ * keeps (see guard.ts). Envoy keeps its connections to tollgate open for as long as it can, so
+ * without a maximum connection age the instances started later (a scale-out, a rolling deploy)
+ * would receive no traffic: the age makes Envoy reconnect now and then, and its load balancer
+ * then spreads the new connections. The guard keeps the age, not grpc-js (see guard.ts for why).
  */
 
 /** Node's timers fire at once past 2^31 − 1 ms (24.8 days); grpc-js reads that value as "never". */
 const NEVER_MS = 2 ** 31 - 1;
-/** grpc-js adds up to 10% of jitter to the connection age, and the sum must still fit a timer. */
-const MAX_CONNECTION_AGE_MS = Math.floor(NEVER_MS / 1.1);
+
+/** HTTP/2 SETTINGS_MAX_HEADER_LIST_SIZE: Envoy's calls carry a few hundred bytes of headers. */
+export const MAX_HEADER_LIST_BYTES = 16 * 1024;
+
+export function guardOptions(settings: GrpcServerSettings): GuardOptions {
+  return {
+    maxConnections: settings.maxConnections,
+    maxCalls: settings.maxCalls,
+    maxReceivingBytes: settings.maxReceivingBytes,
+    callTimeoutMs: settings.callTimeoutMs,
+    maxHeaderListBytes: MAX_HEADER_LIST_BYTES,
+    maxConnectionAgeMs: settings.maxConnectionAgeMs,
+    maxConnectionAgeGraceMs: settings.maxConnectionAgeGraceMs,
+  };
+}
 
 export function grpcServerOptions(settings: GrpcServerSettings): ServerOptions {
   return {
-    'grpc.max_connection_age_ms': Math.min(settings.maxConnectionAgeMs, MAX_CONNECTION_AGE_MS),
-    // How long calls in flight may finish after the GOAWAY before the connection is closed.
-    'grpc.max_connection_age_grace_ms': Math.min(settings.maxConnectionAgeGraceMs, NEVER_MS),
     // Server-side pings find connections whose peer vanished without closing them.
     'grpc.keepalive_time_ms': Math.min(settings.keepaliveTimeMs, NEVER_MS),
     'grpc.keepalive_timeout_ms': Math.min(settings.keepaliveTimeoutMs, NEVER_MS),

@@ -27,6 +27,26 @@ export interface HttpServerOptions {
   onInternalError?(error: unknown): void;
   /** Told of each /json request refused as malformed (400) before `decide`, for metrics. */
   onInvalidRequest?(): void;
+  /**
+   * POST /json's checks are refused (403) with this reason, e.g. while gRPC requires client
+   * certificates that this port cannot ask for; served when undefined.
+   */
+  jsonRefusal?: string;
+  /** What one client can hold (see `HttpBounds`); Node's defaults when undefined. */
+  bounds?: HttpBounds;
+  /** Told of each connection closed as it was accepted, past `bounds.maxConnections`. */
+  onConnectionRefused?(): void;
+}
+
+/**
+ * Bounds that keep slow or numerous HTTP clients from starving the process (file descriptors,
+ * memory) and with it the gRPC port. A request whose headers or whole body take longer than their
+ * timeout is answered 408 and its connection closed.
+ */
+export interface HttpBounds {
+  maxConnections: number;
+  headersTimeoutMs: number;
+  requestTimeoutMs: number;
 }
 
 export interface HttpServer {
@@ -59,6 +79,9 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
   };
 
   async function json(request: http.IncomingMessage): Promise<HttpReply> {
+    if (options.jsonRefusal !== undefined) {
+      return { ...text(403, options.jsonRefusal), close: true };
+    }
     const body = await readBody(request, MAX_JSON_BODY_BYTES);
     if (body === 'too large') {
       return { ...text(413, `request body over ${MAX_JSON_BODY_BYTES} bytes`), close: true };
@@ -135,16 +158,32 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
     response.end(reply.body);
   };
 
-  const server = http.createServer((request, response) => {
-    route(request)
-      .then((reply) => send(response, reply))
-      .catch((error: unknown) => {
-        // E.g. a content type from metrics() that is not a valid header value.
-        if (response.headersSent) response.destroy();
-        else send(response, fail(error));
-      })
-      .catch(() => response.destroy());
-  });
+  const bounds = options.bounds;
+  const server = http.createServer(
+    bounds === undefined
+      ? {}
+      : {
+          headersTimeout: bounds.headersTimeoutMs,
+          requestTimeout: bounds.requestTimeoutMs,
+          // How often Node looks for requests past those timeouts; 30 s by default.
+          connectionsCheckingInterval: Math.max(100, Math.min(1_000, bounds.headersTimeoutMs / 4)),
+        },
+    (request, response) => {
+      route(request)
+        .then((reply) => send(response, reply))
+        .catch((error: unknown) => {
+          // E.g. a content type from metrics() that is not a valid header value.
+          if (response.headersSent) response.destroy();
+          else send(response, fail(error));
+        })
+        .catch(() => response.destroy());
+    },
+  );
+  if (bounds !== undefined) {
+    // Past it, Node closes an accepted connection before reading from it.
+    server.maxConnections = bounds.maxConnections;
+    server.on('drop', () => options.onConnectionRefused?.());
+  }
   // After listen: errors of the listening socket itself, which must not crash the process.
   server.on('error', (error) => server.listening && options.onInternalError?.(error));
 

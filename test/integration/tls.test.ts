@@ -13,7 +13,7 @@ import {
 } from '../../src/grpc/credentials.js';
 import { createRateLimitClient, type RateLimitClient } from '../../src/grpc/protos.js';
 import { createGrpcServer, type GrpcServer, type Reply } from '../../src/grpc/server.js';
-import { grpcServerOptions } from '../../src/grpc/serverOptions.js';
+import { grpcServerOptions, guardOptions } from '../../src/grpc/serverOptions.js';
 import { readSettings } from '../../src/settings.js';
 import { CLIENT_SAN, makeCerts, type TestCerts } from '../support/certs.js';
 import { callCheck, eventually } from '../support/tollgate.js';
@@ -52,6 +52,7 @@ async function start(
     decide,
     limits: { maxDescriptors: 64, maxEntries: 16, maxEntryBytes: 1024 },
     serverOptions: grpcServerOptions(settings),
+    guard: guardOptions(settings),
     credentials: createServerCredentials(settings.tls, options),
   });
   servers.push(server);
@@ -204,13 +205,22 @@ describe('server options', () => {
       new Promise<boolean>((resolve) => setTimeout(() => resolve(false), ms)),
     ]);
 
-  it('announces GRPC_MAX_CONCURRENT_STREAMS, and no limit of 0', async () => {
+  it('announces GRPC_MAX_CONCURRENT_STREAMS, 100 by default, and no limit for 0', async () => {
     const settings = (s: ClientHttp2Session) =>
       new Promise<number | undefined>((resolve) =>
         s.once('remoteSettings', (remote) => resolve(remote.maxConcurrentStreams)),
       );
     expect(await settings(await session({ GRPC_MAX_CONCURRENT_STREAMS: '7' }))).toBe(7);
-    expect(await settings(await session({}))).toBe(2 ** 32 - 1);
+    expect(await settings(await session({}))).toBe(100);
+    expect(await settings(await session({ GRPC_MAX_CONCURRENT_STREAMS: '0' }))).toBe(2 ** 32 - 1);
+  });
+
+  it('announces a header list of at most 16 KiB', async () => {
+    const remote = await session({});
+    const size = await new Promise<number | undefined>((resolve) =>
+      remote.once('remoteSettings', (settings) => resolve(settings.maxHeaderListSize)),
+    );
+    expect(size).toBe(16 * 1024);
   });
 
   it('sends GOAWAY once a connection is GRPC_MAX_CONNECTION_AGE old', async () => {

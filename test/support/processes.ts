@@ -25,6 +25,8 @@ export interface SpawnOptions {
    * SERVING. For a service that is expected to start unhealthy.
    */
   anyHealth?: boolean;
+  /** Run it under this limit of open files (RLIMIT_NOFILE, soft and hard), with prlimit. */
+  fileLimit?: number;
 }
 
 export async function spawnTollgate(
@@ -34,7 +36,11 @@ export async function spawnTollgate(
 ): Promise<TollgateProcess> {
   const port = await freePort();
   const httpPort = await freePort();
-  const child = spawn(process.execPath, ['dist/main.js'], {
+  const command =
+    options.fileLimit === undefined
+      ? [process.execPath, 'dist/main.js']
+      : ['prlimit', `--nofile=${options.fileLimit}`, process.execPath, 'dist/main.js'];
+  const child = spawn(command[0] as string, command.slice(1), {
     env: {
       ...process.env,
       CONFIG_PATH: writeRules(rules),

@@ -35,6 +35,7 @@ describe('readSettings defaults', () => {
       maxDescriptors: 64,
       maxEntries: 16,
       maxEntryBytes: 1024,
+      limitOverrides: true,
       workers: 1,
       logLevel: 'info',
       logFormat: 'json',
@@ -51,10 +52,20 @@ describe('readSettings defaults', () => {
       grpcServer: {
         maxConnectionAgeMs: 86_400_000,
         maxConnectionAgeGraceMs: 3_600_000,
-        maxConcurrentStreams: 0,
+        maxConcurrentStreams: 100,
+        maxConnections: 10_000,
+        maxCalls: 5_000,
+        maxReceivingBytes: 64 * 1024 * 1024,
+        callTimeoutMs: 10_000,
         keepaliveTimeMs: 7_200_000,
         keepaliveTimeoutMs: 20_000,
         tls: undefined,
+      },
+      http: {
+        maxConnections: 1_000,
+        headersTimeoutMs: 10_000,
+        requestTimeoutMs: 30_000,
+        json: 'auto',
       },
       shutdownGraceMs: 10_000,
       overLimitCacheSize: 10_000,
@@ -74,6 +85,16 @@ describe('readSettings defaults', () => {
       tls: undefined,
       timeoutMs: 15,
     });
+  });
+
+  it('makes GRPC_CALL_TIMEOUT twice a REDIS_TIMEOUT over 5 s, so a call outlasts its Redis call', () => {
+    expect(readSettings({ REDIS_TIMEOUT: '10s' }).grpcServer.callTimeoutMs).toBe(20_000);
+    expect(readSettings({ REDIS_TIMEOUT: '1s' }).grpcServer.callTimeoutMs).toBe(10_000);
+    expect(readSettings({ GRPC_CALL_TIMEOUT: '2s' }).grpcServer.callTimeoutMs).toBe(2_000);
+  });
+
+  it('reads HTTP_JSON in any case', () => {
+    expect(readSettings({ HTTP_JSON: 'ON' }).http.json).toBe('on');
   });
 
   it('reads empty values as unset', () => {
@@ -136,6 +157,32 @@ describe('readSettings rejects a bad value, naming the setting', () => {
     [
       { LIMIT_RESPONSE_HEADERS_ENABLED: 'yes please' },
       "LIMIT_RESPONSE_HEADERS_ENABLED: 'yes please' is not true or false",
+    ],
+    [
+      { LIMIT_OVERRIDES_ENABLED: 'sometimes' },
+      "LIMIT_OVERRIDES_ENABLED: 'sometimes' is not true or false",
+    ],
+    [
+      { GRPC_MAX_CONNECTIONS: '0' },
+      "GRPC_MAX_CONNECTIONS: '0' is not a whole number from 1 to 1000000",
+    ],
+    [{ GRPC_MAX_CALLS: 'many' }, "GRPC_MAX_CALLS: 'many' is not a whole number from 1 to 1000000"],
+    [
+      { GRPC_MAX_RECEIVING_BYTES: '64MB' },
+      "GRPC_MAX_RECEIVING_BYTES: '64MB' is not a whole number from 1 to 1099511627776",
+    ],
+    [
+      { REDIS_TIMEOUT: '10s', GRPC_CALL_TIMEOUT: '5s' },
+      "GRPC_CALL_TIMEOUT: '5s' must be longer than REDIS_TIMEOUT (10000ms), which a call may spend in Redis",
+    ],
+    [
+      { HTTP_HEADERS_TIMEOUT: 'later' },
+      "HTTP_HEADERS_TIMEOUT: 'later' is not a duration such as 15ms or 1s (invalid duration 'later': expected a number at 'later')",
+    ],
+    [{ HTTP_JSON: 'maybe' }, "HTTP_JSON: 'maybe' is not one of auto, on, off"],
+    [
+      { HTTP_HEADERS_TIMEOUT: '1m' },
+      'HTTP_HEADERS_TIMEOUT: 60000ms is longer than HTTP_REQUEST_TIMEOUT (30000ms), which includes the headers',
     ],
   ])('%j', (env, message) => {
     expect(failure(env).message).toBe(message);
