@@ -3,7 +3,7 @@
 // ports on 127.0.0.1 with no settings but its ports, and measures its RSS (from /proc) while one
 // client process:
 //   1. holds GRPC_MAX_CONNECTIONS (10,000) idle HTTP/2 connections;
-//   2. holds GRPC_MAX_CALLS (10,000) calls on 100 connections, each with 15 KB of headers (the
+//   2. holds GRPC_MAX_CALLS (5,000) calls on 50 connections, each with 15 KB of headers (the
 //      header list is capped at 16 KB) and part of a message, never finished, so that together
 //      they hold GRPC_MAX_RECEIVING_BYTES (64 MiB) of requests still arriving;
 //   3. holds HTTP_MAX_CONNECTIONS (1,000) connections to the HTTP port, each sending a header
@@ -98,9 +98,10 @@ await sleep(2_000);
 
 // 2. Half-open calls with large headers and part of a message.
 const before = await settle();
-const sessions = await Promise.all(Array.from({ length: 100 }, open));
+const CALLS = 5_000;
+const sessions = await Promise.all(Array.from({ length: CALLS / 100 }, open));
 const bigHeader = 'x'.repeat(15 * 1024);
-const partial = Buffer.alloc((64 * 1024 * 1024) / 10_000 - 64, 1);
+const partial = Buffer.alloc(Math.floor((64 * 1024 * 1024) / CALLS) - 64, 1);
 let reset = 0;
 for (const session of sessions) {
   for (let i = 0; i < 100; i++) {
@@ -116,15 +117,15 @@ for (const session of sessions) {
     );
     stream.on('error', () => undefined);
     stream.once('close', () => (reset += 1));
-    stream.write(Buffer.from([0, 0, 0x10, 0, 0]));
+    stream.write(Buffer.from([0, 0, 0x10, 0, 0])); // declares 1 MiB
     stream.write(partial);
   }
 }
 await sleep(3_000);
 const withCalls = await settle();
 console.log(
-  `10,000 half-open calls, 15 KB of headers and ${(partial.length / 1024).toFixed(1)} KB of message each: ` +
-    `RSS ${before.toFixed(0)} → ${withCalls.toFixed(0)} MB (+${(((withCalls - before) * 1024) / 10_000).toFixed(1)} KB a call); ` +
+  `${CALLS} half-open calls, 15 KB of headers and ${(partial.length / 1024).toFixed(1)} KB of message each: ` +
+    `RSS ${before.toFixed(0)} → ${withCalls.toFixed(0)} MB (+${(((withCalls - before) * 1024) / CALLS).toFixed(1)} KB a call); ` +
     `${reset} reset so far`,
 );
 for (const session of sessions) session.destroy();
