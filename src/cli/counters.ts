@@ -22,6 +22,7 @@ const usage = `Usage: tollgate counters get|reset [--config PATH] --domain DOMAI
 Finds the Redis counter a descriptor is decided by (its rule's algorithm and window, the
 domain's tenant_key, CACHE_KEY_PREFIX), then:
   get    prints the key, the units remaining and the time until reset, consuming nothing
+         (a tag or route over 100 bytes appears in the key as # and a hash of it)
   reset  deletes the counter, so the next decision starts fresh, and says whether it existed
 
 Redis is the one the service uses: REDIS_URL and the other REDIS_* settings from the
@@ -97,6 +98,9 @@ export const counters: Command = {
         throw lastError ?? error;
       });
       console.log(`key ${JSON.stringify(key)}`);
+      if (key.includes('{#') || key.includes('|#')) {
+        console.log('hashed: the descriptor is too long to spell out in the key (see README)');
+      }
       console.log(`rule ${whereIs(node)}`);
       if (action === 'reset') {
         const existed = (await store.reset([key])) > 0;

@@ -243,6 +243,23 @@ describe('counters', () => {
     expect((await counters('get', 'path=/api/c')).stdout).toContain('remaining 8 of 10\n');
   });
 
+  it('finds the hashed counter of a long descriptor, as the service keys it', async () => {
+    const route = `/orders/${'x'.repeat(200)}`;
+    await tollgate.check({ domain: 'api', descriptors: [d('tenant', 'acme', 'route', route)] });
+    const get = await counters('get', `tenant=acme,route=${route}`);
+    const entries = [
+      { key: 'tenant', value: 'acme' },
+      { key: 'route', value: route },
+    ];
+    const hashed = counterKey('', 'api', entries, undefined, 'sliding_window', 30_000);
+    expect(hashed).toMatch(/^tg:\{3:api6:tenant4:acme\}0\|#[\w-]{22}\|sw:30000$/);
+    expect(get.stdout).toContain(
+      `key ${JSON.stringify(hashed)}\nhashed: the descriptor is too long to spell out in the key (see README)\n` +
+        'rule rules.yaml descriptors[0].descriptors[0]\nremaining 99 of 100\n',
+    );
+    expect(await redis.client.exists(hashed)).toBe(1);
+  });
+
   it('writes nothing when reading a counter that does not exist', async () => {
     expect((await counters('get', 'tenant=zed')).stdout).toContain('remaining 1 of 1\n');
     expect((await counters('reset', 'tenant=zed')).stdout).toContain('reset: no counter\n');
