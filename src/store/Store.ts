@@ -14,7 +14,9 @@ import type { Algorithm } from '../rules/types.js';
  *   own clock) and the time last written to the counter.
  * - Every counter it writes expires once it no longer affects any decision.
  * - Given the same counters, costs and clock, every store returns the same results.
- * - Failures reject with `StoreError`; they never resolve to a decision.
+ * - Failures reject with `StoreError`; they never resolve to a decision. A failure that belongs
+ *   to one counter (a key holding a foreign value) fails only the requests that touch it, even
+ *   when requests share a backend call, and such a request has written nothing.
  *
  * On Redis Cluster, a request whose counters share a slot (one tenant) keeps all of these. A
  * request that spans slots is one call per slot, in parallel, each atomic on its own slot:
