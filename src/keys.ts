@@ -24,6 +24,8 @@ import type { Algorithm, RuleNode } from './rules/types.js';
  * of a counter's value takes a new namespace, never `tg:`, and a change to how keys are spelled
  * says which counters it restarts (see README, "Key format and upgrades").
  */
+export const NAMESPACE = 'tg';
+
 export const LONG_PART_BYTES = 100;
 
 const ALGORITHM_CODES: Readonly<Record<Algorithm, string>> = {
@@ -73,7 +75,7 @@ export function counterKey(
     if (i === tenant) tag += pair;
     else route += pair;
   }
-  return `${prefix}tg:{${short(escapeTag(tag))}}${tenant}|${short(route)}|${ALGORITHM_CODES[algorithm]}:${windowMs}`;
+  return `${prefix}${NAMESPACE}:{${short(escapeTag(tag))}}${tenant}|${short(route)}|${ALGORITHM_CODES[algorithm]}:${windowMs}`;
 }
 
 /** The part itself, or `#` and 128 bits of its SHA-256 when it is over LONG_PART_BYTES. */
@@ -104,5 +106,5 @@ export function counterEntries(entries: readonly Entry[], node: RuleNode): reado
  * counter's starts with a length, so it is never a counter's key.
  */
 export function probeKey(prefix: string, n = 0): string {
-  return `${prefix}tg:{probe${n === 0 ? '' : `-${n}`}}`;
+  return `${prefix}${NAMESPACE}:{probe${n === 0 ? '' : `-${n}`}}`;
 }
