@@ -39,7 +39,11 @@ const REPLY_KINDS: readonly [RegExp, StoreErrorKind][] = [
 
 export function classifyRedisError(error: unknown): StoreError {
   if (error instanceof StoreError) return error;
-  const message = error instanceof Error ? error.message : String(error);
+  let message = error instanceof Error ? error.message : String(error);
+  // What ioredis says of a call in flight when its connection closes, with retries off.
+  if (message.startsWith('Reached the max retries per request limit')) {
+    message = 'the connection closed while the call was in flight (it may have been applied)';
+  }
   return new StoreError(`redis: ${message}`, kindOf(error, message), { cause: error });
 }
 

@@ -46,6 +46,18 @@ describe('classifyRedisError', () => {
     expect(classifyRedisError(new Error(message)).kind).toBe(kind);
   });
 
+  it('says what happened to a call in flight when its connection closed', () => {
+    const error = classifyRedisError(
+      new Error(
+        'Reached the max retries per request limit (which is 0). Refer to "maxRetriesPerRequest" option for details.',
+      ),
+    );
+    expect([error.kind, error.message]).toEqual([
+      'connection',
+      'redis: the connection closed while the call was in flight (it may have been applied)',
+    ]);
+  });
+
   it('keeps a StoreError as it is', () => {
     const timeout = new StoreError('redis: Command timed out after 15ms', 'timeout');
     expect(classifyRedisError(timeout)).toBe(timeout);
