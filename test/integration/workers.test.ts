@@ -72,10 +72,18 @@ async function startWorkers(env: Record<string, string> = {}): Promise<TollgateP
  * Clients with a connection each, opened one after another so that the workers take turns, and
  * the local ports of those connections.
  */
-async function connect(address: string, count: number) {
+/**
+ * `count` clients, each on a connection of its own; with `reach`, more (up to 8) until each of
+ * those workers holds one. The primary hands connections out in turn, but this process's
+ * background connections (below) may take some turns, so that `count` alone might all land on
+ * one worker.
+ */
+async function connect(address: string, count: number, reach?: { pids: number[]; port: number }) {
   const clients: RateLimitClient[] = [];
   const ports = new Set<number>();
-  for (let i = 0; i < count; i++) {
+  const reached = () =>
+    reach === undefined || connectionsHeld(reach.pids, reach.port, ports).every((n) => n >= 1);
+  for (let i = 0; i < count || (!reached() && i < count + 8); i++) {
     const client = createRateLimitClient(address, undefined, {
       'grpc.use_local_subchannel_pool': 1,
     });
@@ -261,11 +269,15 @@ describe('WORKERS=2 on one Redis', () => {
 describe('SIGTERM to the primary during load', () => {
   it('drains the calls in flight on both workers, then exits 0', async () => {
     const tollgate = await startWorkers({ SHUTDOWN_GRACE: '10s' });
-    const { clients, ports } = await connect(tollgate.address, 4);
+    const pids = readyPids(tollgate);
+    const { clients, ports } = await connect(tollgate.address, 4, {
+      pids,
+      port: grpcPort(tollgate),
+    });
     // Warm every connection and the script cache, so the calls below only wait on the stall.
     await spread(clients, 8, 'counted', 'warm');
-    const held = connectionsHeld(readyPids(tollgate), grpcPort(tollgate), ports);
-    expect(held.every((n) => n >= 1) && held[0]! + held[1]! === 4).toBe(true);
+    const held = connectionsHeld(pids, grpcPort(tollgate), ports);
+    expect(held.every((n) => n >= 1) && held[0]! + held[1]! === clients.length).toBe(true);
 
     const staller = new Redis({ host: redis.host, port: redis.port });
     const stall = staller.call('DEBUG', 'SLEEP', '1');
@@ -290,8 +302,8 @@ describe('a worker killed with SIGKILL', () => {
   it('is replaced, the service keeps answering, and no count is lost', async () => {
     const tollgate = await startWorkers();
     const port = grpcPort(tollgate);
-    const first = await connect(tollgate.address, 4);
     const [victim, survivor] = readyPids(tollgate) as [number, number];
+    const first = await connect(tollgate.address, 4, { pids: [victim, survivor], port });
     expect(connectionsHeld([victim], port, first.ports)[0]).toBeGreaterThanOrEqual(1);
     const ok = (responses: { overall_code?: string }[]) =>
       responses.every((response) => response.overall_code === 'OK');
@@ -315,7 +327,7 @@ describe('a worker killed with SIGKILL', () => {
     const replacement = readyPids(tollgate)[2]!;
     expect([victim, survivor]).not.toContain(replacement);
     // The replacement takes its turn at new connections, and serves them.
-    const last = await connect(tollgate.address, 4);
+    const last = await connect(tollgate.address, 4, { pids: [replacement], port });
     expect(connectionsHeld([replacement], port, last.ports)[0]).toBeGreaterThanOrEqual(1);
     expect(ok(await spread(last.clients, 20, 'counted', 'k'))).toBe(true);
 
