@@ -1,6 +1,7 @@
 import { status as grpcStatus, type ServiceError } from '@grpc/grpc-js';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { counterKey } from '../../src/keys.js';
+import { counterByLabel } from '../support/metrics.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { startRedis, type TestRedis } from '../support/redis.js';
 import { callCheck, d } from '../support/tollgate.js';
@@ -48,13 +49,8 @@ beforeEach(async () => {
   await redis.client.flushall();
 });
 
-async function storeErrorKinds(): Promise<Record<string, number>> {
-  const text = await (await fetch(`${tollgate.httpUrl}/metrics`)).text();
-  const kinds: Record<string, number> = {};
-  for (const [, kind, n] of text.matchAll(/^tollgate_store_errors_total\{kind="([^"]+)"\} (\d+)/gm))
-    kinds[kind as string] = Number(n);
-  return kinds;
-}
+const storeErrorKinds = () =>
+  counterByLabel(tollgate.httpUrl, 'tollgate_store_errors_total', 'kind');
 
 /** 300 checks at once, 30 for each of 10 tenants; the answers by tenant. */
 async function flood(): Promise<Map<string, string[]>> {

@@ -4,6 +4,7 @@ import { connect as connectTcp } from 'node:net';
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import { afterAll, describe, expect, it } from 'vitest';
+import { counterByLabel } from '../support/metrics.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { callCheck, d, eventually, startTollgate } from '../support/tollgate.js';
 
@@ -62,15 +63,8 @@ function halfOpen(session: http2.ClientHttp2Session): Promise<{ code: number; at
   );
 }
 
-async function bounds(tollgate: TollgateProcess): Promise<Record<string, number>> {
-  const text = await (await fetch(`${tollgate.httpUrl}/metrics`)).text();
-  const counts: Record<string, number> = {};
-  for (const [, bound, n] of text.matchAll(
-    /^tollgate_bounds_reached_total\{bound="([^"]+)"\} (\d+)/gm,
-  ))
-    counts[bound as string] = Number(n);
-  return counts;
-}
+const bounds = (t: TollgateProcess) =>
+  counterByLabel(t.httpUrl, 'tollgate_bounds_reached_total', 'bound');
 
 const rssMb = (pid: number) =>
   Number(/^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024;

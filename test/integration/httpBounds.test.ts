@@ -1,6 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
+import { counterByLabel } from '../support/metrics.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { callCheck, d, eventually, healthStatus, writeRules } from '../support/tollgate.js';
 
@@ -24,15 +25,8 @@ afterAll(async () => {
   await tollgate?.stop();
 });
 
-async function bounds(t: TollgateProcess): Promise<Record<string, number>> {
-  const text = await (await fetch(`${t.httpUrl}/metrics`)).text();
-  const counts: Record<string, number> = {};
-  for (const [, bound, n] of text.matchAll(
-    /^tollgate_bounds_reached_total\{bound="([^"]+)"\} (\d+)/gm,
-  ))
-    counts[bound as string] = Number(n);
-  return counts;
-}
+const bounds = (t: TollgateProcess) =>
+  counterByLabel(t.httpUrl, 'tollgate_bounds_reached_total', 'bound');
 
 describe('a flood of slow HTTP clients', () => {
   it('leaves gRPC, its health and rules reloads working, and is cut off by the header timeout', async () => {
