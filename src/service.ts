@@ -88,6 +88,11 @@ export function createService(options: ServiceOptions): Service {
         clockSkewToleranceMs: settings.clockSkewToleranceMs,
         batchLimit: settings.redisBatchLimit,
         keyPrefix: settings.cacheKeyPrefix,
+        onSilentConnection: (silentMs, waiting) =>
+          logger.warn(
+            { silentMs, waiting },
+            'redis answered nothing while calls waited; reconnecting to release them',
+          ),
       })
     : createMemoryStore({ clock });
 

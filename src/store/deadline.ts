@@ -11,13 +11,18 @@ import { StoreError } from '../errors.js';
  * Redis has still not answered times out. A stalled Redis is therefore answered within the
  * timeout plus one turn of the loop.
  */
-export function withDeadline<T>(call: Promise<T>, timeoutMs: number): Promise<T> {
+export function withDeadline<T>(
+  call: Promise<T>,
+  timeoutMs: number,
+  onTimeout?: () => void,
+): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     let settled = false;
     const timer = setTimeout(() => {
       setImmediate(() => {
         if (settled) return;
         settled = true;
+        onTimeout?.();
         reject(new StoreError(`redis: Command timed out after ${timeoutMs}ms`, 'timeout'));
       });
     }, timeoutMs);

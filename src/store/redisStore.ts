@@ -8,6 +8,7 @@ import { createClusterStore, type SlotBackend } from './clusterStore.js';
 import type { Store } from './Store.js';
 import { createBatcher } from './batcher.js';
 import { withDeadline } from './deadline.js';
+import { createSilenceWatch } from './silence.js';
 import { classifyRedisError as classify } from './redisErrors.js';
 import { probeKey } from '../keys.js';
 import {
@@ -49,6 +50,8 @@ export interface RedisStoreOptions {
   batchLimit?: number;
   /** CACHE_KEY_PREFIX: the health probe's counter lives under it, as every counter does. */
   keyPrefix?: string;
+  /** Told when a silent connection is dropped and opened again (see silence.ts). */
+  onSilentConnection?: (silentMs: number, waiting: number) => void;
 }
 
 type DecideCommand = (...args: ScriptArgs) => Promise<unknown>;
@@ -86,7 +89,17 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
   redis.defineCommand('tollgateDecide', { lua });
   const script = (redis as unknown as { tollgateDecide: DecideCommand }).tollgateDecide.bind(redis);
   const timeoutMs = settings.timeoutMs;
-  const decide = (...args: ScriptArgs) => withDeadline(script(...args), timeoutMs);
+  const silentMs = Math.max(1_000, 4 * timeoutMs);
+  const silence = createSilenceWatch(silentMs, (waiting) => {
+    options.onSilentConnection?.(silentMs, waiting);
+    // Destroyed, not ended: ending would wait for the silent server to close its side. ioredis
+    // then fails the waiting calls and reconnects, as after any lost connection.
+    redis.stream?.destroy();
+  });
+  /** Every call: bounded by REDIS_TIMEOUT, and watched for a silent connection. */
+  const bounded = <T>(call: Promise<T>) =>
+    withDeadline(silence.track(call), timeoutMs, silence.timedOut);
+  const decide = (...args: ScriptArgs) => bounded(script(...args));
   const skewToleranceMs = options.clockSkewToleranceMs ?? 0;
 
   const decideBatched = createBatcher({
@@ -119,7 +132,7 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
     async reset(keys: readonly string[]) {
       if (keys.length === 0) return 0;
       try {
-        return await withDeadline(redis.del(...keys), timeoutMs);
+        return await bounded(redis.del(...keys));
       } catch (error) {
         throw classify(error);
       }
@@ -128,7 +141,7 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
     async ping() {
       try {
         if (redis.status === 'connecting' || redis.status === 'connect') await ready(redis, 1_000);
-        await withDeadline(redis.ping(), timeoutMs);
+        await bounded(redis.ping());
       } catch (error) {
         throw classify(error);
       }
@@ -138,7 +151,7 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
       try {
         if (redis.status === 'connecting' || redis.status === 'connect') await ready(redis, 1_000);
         const args = probeArgs(probeKey(options.keyPrefix ?? ''), nowMs);
-        await runProbe(redis, lua, sha, args, timeoutMs);
+        await runProbe(redis, lua, sha, args, bounded);
       } catch (error) {
         throw classify(error);
       }
@@ -160,11 +173,11 @@ async function runProbe(
   lua: string,
   sha: string,
   args: ScriptArgs,
-  timeoutMs: number,
+  bounded: <T>(call: Promise<T>) => Promise<T>,
 ): Promise<void> {
   const [numKeys, ...rest] = args as [number, ...(string | number)[]];
-  readDecision(await withDeadline(node.eval(lua, numKeys, ...rest), timeoutMs), 1);
-  readDecision(await withDeadline(node.evalsha(sha, numKeys, ...rest), timeoutMs), 1);
+  readDecision(await bounded(node.eval(lua, numKeys, ...rest)), 1);
+  readDecision(await bounded(node.evalsha(sha, numKeys, ...rest)), 1);
 }
 
 function singleOptions(settings: RedisSettings): RedisOptions {
@@ -271,7 +284,11 @@ function clusterBackend(settings: RedisSettings, options: RedisStoreOptions): Sl
       const keys = probeKeysPerMaster(cluster, options.keyPrefix ?? '');
       if (keys.length === 0) throw new Error('CLUSTERDOWN no master known yet');
       await Promise.all(
-        keys.map((key) => runProbe(cluster, lua, sha, probeArgs(key, nowMs), settings.timeoutMs)),
+        keys.map((key) =>
+          runProbe(cluster, lua, sha, probeArgs(key, nowMs), (call) =>
+            withDeadline(call, settings.timeoutMs),
+          ),
+        ),
       );
     },
 

@@ -318,11 +318,21 @@ describe('DEBUG SLEEP longer than REDIS_TIMEOUT under load', () => {
     const tallies = await load.stop('DEBUG SLEEP 1.5 (REDIS_TIMEOUT=200ms), FAILURE_MODE=error');
 
     expectRecovered(load.tally('before'));
-    // Each caller waits out at least one timeout per call, so a few calls each in 1.5 s.
-    const timedOut = all(tallies).reduce((sum, t) => sum + t.kinds.UNAVAILABLE, 0);
-    expect(timedOut).toBeGreaterThanOrEqual(CALLERS * 2);
+    // Each caller waits out at least one timeout per call, so a few calls each in 1.5 s. After a
+    // second of silence tollgate replaces the connection (see silentRedis.test.ts): calls then
+    // fail at once until the new one is ready.
+    const failed = all(tallies).reduce((sum, t) => sum + t.kinds.UNAVAILABLE, 0);
+    expect(failed).toBeGreaterThanOrEqual(CALLERS * 2);
+    const timedOut = all(tallies).flatMap((t) =>
+      [...t.details].filter(([text]) => /timed out/.test(text)).map(([, n]) => n),
+    );
+    expect(timedOut.reduce((sum, n) => sum + n, 0)).toBeGreaterThanOrEqual(CALLERS * 2);
     for (const tally of all(tallies)) {
-      expect([...tally.details.keys()].every((text) => /timed out/.test(text))).toBe(true);
+      for (const text of tally.details.keys()) {
+        expect(text).toMatch(
+          /timed out|Stream isn't writeable|closed while the call was in flight/,
+        );
+      }
     }
     expectTransitions(tallies, ['before', 'recovered'], ['OK', 'UNAVAILABLE']);
     for (const tally of all(tallies)) expect(tally.maxLatencyMs).toBeLessThan(BOUND_MS);

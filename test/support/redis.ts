@@ -21,6 +21,12 @@ export interface TestRedis {
   client: Redis;
   /** Kills the server (SIGKILL), as a crash would. */
   kill(): Promise<void>;
+  /**
+   * Stops the server (SIGSTOP) or lets it go on (SIGCONT): its connections stay open and
+   * answer nothing, as a partitioned or hung server's do. Spawned servers only.
+   */
+  pause(): void;
+  resume(): void;
   /** Starts it again on the same port, empty. */
   restart(): Promise<void>;
   stop(): Promise<void>;
@@ -101,6 +107,8 @@ async function spawnRedis(): Promise<TestRedis> {
     unixSocket,
     client,
     kill,
+    pause: () => child?.kill('SIGSTOP'),
+    resume: () => child?.kill('SIGCONT'),
     restart: async () => {
       await kill();
       await launch();
@@ -157,6 +165,10 @@ async function containerRedis(): Promise<TestRedis> {
     kill: async () => {
       await started.stop();
     },
+    pause: () => {
+      throw new Error('pause needs a spawned redis-server');
+    },
+    resume: () => undefined,
     restart: async () => {
       await started.restart();
     },
