@@ -8,6 +8,7 @@ import { createLimiter } from './limiter.js';
 import { createLogger, type Logger } from './logger.js';
 import { createMetrics, type Metrics, type RpcOutcome } from './metrics.js';
 import { dumpRules } from './rules/dumpRules.js';
+import { loadRulesOffThread } from './rules/loadOffThread.js';
 import { loadRules } from './rules/loadRules.js';
 import type { RuleSet } from './rules/types.js';
 import { watchRules } from './rules/watchRules.js';
@@ -42,6 +43,8 @@ export interface Service {
   start(): Promise<{ grpcPort: number; httpPort: number }>;
   /** Health turns NOT_SERVING, in-flight calls finish (within graceMs), then everything closes. */
   stop(graceMs?: number): Promise<void>;
+  /** Loads the rules again now, changed or not (SIGHUP); the current rules serve meanwhile. */
+  reload(): void;
 }
 
 /**
@@ -243,11 +246,17 @@ export function createService(options: ServiceOptions): Service {
   };
   let probeTimer: NodeJS.Timeout | undefined;
 
-  // Last, so that nothing above can fail and leave a watcher running.
+  // Last, so that nothing above can fail and leave a watcher running. Reloads load off this
+  // thread: parsing a large file takes seconds, which calls must not wait for.
   const watcher = watchRules({
     path: settings.configPath,
-    load,
+    load: () =>
+      loadRulesOffThread(settings.configPath, {
+        defaultAlgorithm: settings.defaultAlgorithm,
+        mergeDomainConfig: settings.mergeDomainConfig,
+      }),
     pollIntervalMs: settings.configPollIntervalMs,
+    settleMs: settings.configSettleMs,
     onReload: (next) => {
       rules = next;
       metrics.configLoad(true);
@@ -277,6 +286,11 @@ export function createService(options: ServiceOptions): Service {
         'listening',
       );
       return { grpcPort, httpPort };
+    },
+
+    reload() {
+      logger.info({ configPath: settings.configPath }, 'reloading the rules');
+      watcher.reload();
     },
 
     async stop(graceMs = settings.shutdownGraceMs) {

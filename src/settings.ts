@@ -40,6 +40,8 @@ export interface Settings {
   mergeDomainConfig: boolean;
   /** How often the rules are polled for changes, besides the file watcher. */
   configPollIntervalMs: number;
+  /** How long a changed rules file must hold still before it is loaded; 0: at once. */
+  configSettleMs: number;
   /** Return matched rules' `metadata` in `dynamic_metadata`. */
   responseDynamicMetadata: boolean;
   /** The reference's RateLimit-Limit/-Remaining/-Reset headers, when `enabled`. */
@@ -179,6 +181,7 @@ export function readSettings(env: Env = process.env): Settings {
     logFormat: oneOf(env, 'LOG_FORMAT', ['json', 'text'] as const, 'json', true),
     mergeDomainConfig: boolean(env, 'MERGE_DOMAIN_CONFIG', false),
     configPollIntervalMs: duration(env, 'CONFIG_POLL_INTERVAL', '10s', 100),
+    configSettleMs: duration(env, 'CONFIG_SETTLE_TIME', '1s', 0),
     responseDynamicMetadata: boolean(env, 'RESPONSE_DYNAMIC_METADATA', false),
     limitHeaders: {
       enabled: boolean(env, 'LIMIT_RESPONSE_HEADERS_ENABLED', false),

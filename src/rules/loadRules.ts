@@ -3,7 +3,16 @@
  * Synchronous because it runs at start-up and on reload, before any request depends on it.
  */
 
-import { readFileSync, readdirSync, statSync } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  fstatSync,
+  openSync,
+  readSync,
+  readdirSync,
+  statSync,
+  type Stats,
+} from 'node:fs';
 import { basename, join } from 'node:path';
 import { LineCounter, parseDocument } from 'yaml';
 import { RulesError } from '../errors.js';
@@ -18,9 +27,9 @@ export interface LoadRulesOptions extends ParseRulesOptions {
   mergeDomainConfig?: boolean;
 }
 
-function isFile(path: string): boolean {
+function isDirectory(path: string): boolean {
   try {
-    return statSync(path).isFile();
+    return statSync(path).isDirectory();
   } catch (err) {
     throw new RulesError(`cannot read rules: ${(err as Error).message}`, { cause: err });
   }
@@ -28,15 +37,17 @@ function isFile(path: string): boolean {
 
 /**
  * The rules files under `configPath`, sorted by name. Dotfiles are skipped, which also skips the
- * `..data` directory of a Kubernetes ConfigMap mount; `statSync` follows its symlinked files.
+ * `..data` directory of a Kubernetes ConfigMap mount; `statSync` follows its symlinked files. A
+ * directory named like a rules file is skipped too; anything else that is not a regular file
+ * stays, for `readRulesFile` to refuse by name.
  */
 function ruleFiles(configPath: string): string[] {
-  if (isFile(configPath)) return [configPath];
+  if (!isDirectory(configPath)) return [configPath];
   const files = readdirSync(configPath)
     .filter((name) => !name.startsWith('.') && (name.endsWith('.yaml') || name.endsWith('.yml')))
     .sort()
     .map((name) => join(configPath, name))
-    .filter(isFile);
+    .filter((file) => !isDirectory(file));
   // An empty rules directory would silently allow every request, so it is a mistake to report.
   if (files.length === 0) {
     throw new RulesError(
@@ -49,35 +60,78 @@ function ruleFiles(configPath: string): string[] {
 /** A rules file this large is a mistake or an attack, and would take seconds to parse. */
 export const MAX_RULES_FILE_BYTES = 4 * 1024 * 1024;
 
-/** Parses as YAML 1.1, like the reference's Go decoder: `yes` is true and `0755` is octal. */
-function parseFile(path: string, options: LoadRulesOptions): DomainRules {
-  const file = basename(path);
-  let text: string;
+/**
+ * A rules file's text. Only a regular file is read, its links followed: a FIFO would block the
+ * read until something wrote to it, and a device such as /dev/zero would never end. The size is
+ * checked on the open file before reading, and the read stops one byte past the limit whatever
+ * the file grew to meanwhile. O_NONBLOCK keeps even the open of a FIFO from waiting for a writer.
+ */
+function readRulesFile(path: string, file: string): string {
+  let fd: number | undefined;
   try {
-    const size = statSync(path).size;
-    if (size > MAX_RULES_FILE_BYTES) {
-      throw new RulesError(`${file}: is ${size} bytes, over the limit of ${MAX_RULES_FILE_BYTES}`);
+    fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
+    const stats = fstatSync(fd);
+    if (!stats.isFile()) throw new RulesError(`${file}: is ${kindOf(stats)}, not a regular file`);
+    if (stats.size > MAX_RULES_FILE_BYTES) {
+      throw new RulesError(
+        `${file}: is ${stats.size} bytes, over the limit of ${MAX_RULES_FILE_BYTES}`,
+      );
     }
-    text = readFileSync(path, 'utf8');
+    const buffer = Buffer.alloc(MAX_RULES_FILE_BYTES + 1);
+    let length = 0;
+    for (;;) {
+      const read = readSync(fd, buffer, length, buffer.length - length, null);
+      if (read === 0) break;
+      length += read;
+      if (length > MAX_RULES_FILE_BYTES) {
+        throw new RulesError(`${file}: grew past the limit of ${MAX_RULES_FILE_BYTES} bytes`);
+      }
+    }
+    return buffer.toString('utf8', 0, length);
   } catch (err) {
     if (err instanceof RulesError) throw err;
     throw new RulesError(`${file}: cannot read: ${(err as Error).message}`, { cause: err });
+  } finally {
+    if (fd !== undefined) closeSync(fd);
   }
-  const lines = new LineCounter();
-  const doc = parseDocument(text, {
-    version: '1.1',
-    intAsBigInt: true,
-    prettyErrors: false,
-    lineCounter: lines,
-  });
-  const problem = doc.errors[0] ?? doc.warnings[0];
-  if (problem !== undefined) {
-    const { line, col } = lines.linePos(problem.pos[0]);
-    throw new RulesError(
-      `${file}: invalid YAML at line ${line}, column ${col}: ${problem.message}`,
-    );
+}
+
+function kindOf(stats: Stats): string {
+  if (stats.isFIFO()) return 'a FIFO';
+  if (stats.isCharacterDevice()) return 'a character device';
+  if (stats.isBlockDevice()) return 'a block device';
+  if (stats.isSocket()) return 'a socket';
+  if (stats.isDirectory()) return 'a directory';
+  return 'not a file';
+}
+
+/** Parses as YAML 1.1, like the reference's Go decoder: `yes` is true and `0755` is octal. */
+function parseFile(path: string, options: LoadRulesOptions): DomainRules {
+  const file = basename(path);
+  const text = readRulesFile(path, file);
+  try {
+    const lines = new LineCounter();
+    const doc = parseDocument(text, {
+      version: '1.1',
+      intAsBigInt: true,
+      prettyErrors: false,
+      lineCounter: lines,
+    });
+    const problem = doc.errors[0] ?? doc.warnings[0];
+    if (problem !== undefined) {
+      const { line, col } = lines.linePos(problem.pos[0]);
+      throw new RulesError(
+        `${file}: invalid YAML at line ${line}, column ${col}: ${problem.message}`,
+      );
+    }
+    return parseRules(doc, file, options);
+  } catch (err) {
+    // Nesting deep enough to exhaust the stack, in the parser or in the readers.
+    if (err instanceof RangeError) {
+      throw new RulesError(`${file}: nests too deep to read (${err.message})`, { cause: err });
+    }
+    throw err;
   }
-  return parseRules(doc, file, options);
 }
 
 /**

@@ -11,6 +11,7 @@ import {
   describe,
   fail,
   fields,
+  indexAliases,
   join,
   jsonValue,
   list,
@@ -22,6 +23,7 @@ import {
   type NodeContext,
   type Value,
 } from './readNodes.js';
+import { emptyLevel, placeRule } from './level.js';
 import { checkTokenBucketExact } from './tokenBucket.js';
 import {
   ALGORITHMS,
@@ -205,8 +207,6 @@ function shared<T extends JsonValue>(
   return innerValue;
 }
 
-const emptyLevel = (): RuleLevel => ({ exact: new Map(), wildcards: [], bare: new Map() });
-
 function parseDescriptor(
   ctx: Context,
   node: Value,
@@ -282,14 +282,7 @@ function addRule(ctx: Pick<NodeContext, 'file'>, level: RuleLevel, rule: RuleNod
       `duplicate descriptor composite key '${rule.metricPart}' (same as ${where})`,
     );
   }
-  if (rule.value === undefined) {
-    level.bare.set(rule.key, rule);
-  } else if (rule.value.includes('*')) {
-    level.wildcards.push({ key: rule.key, parts: rule.value.split('*'), node: rule });
-  } else {
-    const byValue = level.exact.get(rule.key) ?? new Map<string, RuleNode>();
-    level.exact.set(rule.key, byValue.set(rule.value, rule));
-  }
+  placeRule(level, rule);
 }
 
 /** One `descriptors` list, indexed by the reference's precedence: exact, wildcard, bare key. */
@@ -355,6 +348,7 @@ export function parseRules(
   options: ParseRulesOptions,
 ): DomainRules {
   const ctx: Context = { file, doc, options };
+  indexAliases(ctx);
   const contents = doc.contents;
   if (contents === null) fail(ctx, '', 'empty file: expected a map with domain and descriptors');
   if (!isMap(contents)) {

@@ -1,22 +1,44 @@
 /**
  * Keeps the rules current. fs.watch on the rules' directory sees edits, new and removed files and
  * a Kubernetes ConfigMap's `..data` symlink swap; bursts of events are debounced into one check.
- * A check fingerprints the rules files and calls `load` only when the fingerprint changed, so
- * events that change nothing (a touch, a dotfile) cost no reload. A slow poll runs the same check,
- * for events the watcher misses: an edit behind a symlink to another directory, a filesystem
- * without inotify, a watcher that died with its directory.
+ * A slow poll runs the same check, for events the watcher misses: an edit behind a symlink to
+ * another directory, a filesystem without inotify, a watcher that died with its directory.
+ *
+ * A check fingerprints the rules files and loads them only when the fingerprint changed, so
+ * events that change nothing (a touch, a dotfile, the same content renamed over) cost no reload.
+ * Fingerprinting never holds the event loop, whatever sits in the directory: files are stat'ed
+ * and read asynchronously; only regular files within the size limit are read, never a FIFO or a
+ * device; and a file is read again only when its size, times or inode changed, so a refused file
+ * costs nothing until someone changes it.
+ *
+ * A changed fingerprint must then hold still for `settleMs` before it is loaded, so that a file
+ * still being written is not loaded half-written: each write starts the wait again. The loads
+ * themselves go through `load`, one at a time; a change during a load is checked after it.
  */
 
 import { createHash } from 'node:crypto';
-import { readFileSync, readdirSync, statSync, watch, type FSWatcher } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  fstatSync,
+  openSync,
+  readdirSync,
+  readSync,
+  statSync,
+  watch,
+  type BigIntStats,
+  type FSWatcher,
+} from 'node:fs';
+import { open, readdir, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
+import { MAX_RULES_FILE_BYTES } from './loadRules.js';
 import type { RuleSet } from './types.js';
 
 export interface WatchRulesOptions {
   /** A rules file, or a directory of `*.yaml`/`*.yml` files (dotfiles skipped). */
   path: string;
-  /** Loads the rules; throws on bad rules. */
-  load: () => RuleSet;
+  /** Loads the rules; rejects on bad rules. */
+  load: () => Promise<RuleSet>;
   /** A new, complete rule set: the caller swaps it in whole. */
   onReload: (rules: RuleSet) => void;
   /** A reload failed: the caller keeps serving the previous rules. */
@@ -24,47 +46,99 @@ export interface WatchRulesOptions {
   pollIntervalMs: number;
   /** How long a burst of events must go quiet before the check runs. */
   debounceMs?: number;
+  /** How long a change must hold still before it is loaded (CONFIG_SETTLE_TIME); 0: at once. */
+  settleMs?: number;
   /** false: poll only, for filesystems without inotify. */
   watch?: boolean;
 }
 
 export interface RulesWatcher {
+  /** Loads the rules now, changed or not (SIGHUP), after any load under way. */
+  reload(): void;
   close(): void;
 }
 
 /**
- * Starts watching. The fingerprint of the files as they are now counts as loaded: the caller
- * loads the rules at start-up, and should call this right after.
+ * Starts watching. The files as they are now count as loaded: the caller loads the rules at
+ * start-up, and should call this right after.
  */
 export function watchRules(options: WatchRulesOptions): RulesWatcher {
   const { path, load, onReload, onError, pollIntervalMs } = options;
   const debounceMs = options.debounceMs ?? 100;
+  const settleMs = options.settleMs ?? 0;
+  const fingerprints = createFingerprinter();
   let closed = false;
-  let fingerprint = fingerprintRules(path);
+  /** The fingerprint of the files last loaded, or tried. */
+  let loaded = fingerprints.now(path);
+  /** A changed fingerprint waiting to hold still, and since when. */
+  let candidate: { fingerprint: string; since: number } | undefined;
+  let busy = false;
+  let again = false;
+  let forced = false;
   let debounce: NodeJS.Timeout | undefined;
+  let settle: NodeJS.Timeout | undefined;
   let watcher: FSWatcher | undefined;
   // The watched directory's identity: when it is replaced, the old watcher hears nothing more.
   let watchedIdentity: string | undefined;
 
-  // Fingerprint before loading: a change during the load then shows up at the next check.
-  const check = (): void => {
+  const later = (ms: number): NodeJS.Timeout => {
+    const timer = setTimeout(check, ms);
+    timer.unref();
+    return timer;
+  };
+
+  async function checkOnce(): Promise<void> {
+    const current = await fingerprints.of(path);
     if (closed) return;
-    const current = fingerprintRules(path);
-    if (current === fingerprint) return;
-    fingerprint = current;
+    if (!forced) {
+      if (current === loaded) {
+        candidate = undefined;
+        return;
+      }
+      if (candidate?.fingerprint !== current) candidate = { fingerprint: current, since: now() };
+      const waited = now() - candidate.since;
+      if (waited < settleMs) {
+        clearTimeout(settle);
+        settle = later(settleMs - waited);
+        return;
+      }
+    }
+    forced = false;
+    candidate = undefined;
+    // Taken before loading: a change during the load shows up at the next check.
+    loaded = current;
     let rules: RuleSet;
     try {
-      rules = load();
+      rules = await load();
     } catch (error) {
-      onError(error);
+      if (!closed) onError(error);
       return;
     }
+    if (closed) return;
     try {
       onReload(rules);
     } catch (error) {
       onError(error);
     }
-  };
+  }
+
+  function check(): void {
+    if (closed) return;
+    if (busy) {
+      again = true;
+      return;
+    }
+    busy = true;
+    checkOnce()
+      .catch(onError)
+      .finally(() => {
+        busy = false;
+        if (again) {
+          again = false;
+          check();
+        }
+      });
+  }
 
   const stopWatching = (): void => {
     watcher?.close();
@@ -82,8 +156,7 @@ export function watchRules(options: WatchRulesOptions): RulesWatcher {
     try {
       watcher = watch(directory, { persistent: false }, () => {
         clearTimeout(debounce);
-        debounce = setTimeout(check, debounceMs);
-        debounce.unref();
+        debounce = later(debounceMs);
       });
     } catch {
       return; // No inotify, no permission, or the directory just went: the poll carries on.
@@ -100,14 +173,21 @@ export function watchRules(options: WatchRulesOptions): RulesWatcher {
   poll.unref();
 
   return {
+    reload() {
+      forced = true;
+      check();
+    },
     close() {
       closed = true;
       clearInterval(poll);
       clearTimeout(debounce);
+      clearTimeout(settle);
       stopWatching();
     },
   };
 }
+
+const now = (): number => performance.now();
 
 function isDirectory(path: string): boolean {
   try {
@@ -129,42 +209,152 @@ function directoryIdentity(directory: string): string | undefined {
 
 /**
  * A hash of what `loadRules` would read: the non-dot `*.yaml`/`*.yml` files under `path` (or the
- * file itself), sorted, each name with its content, symlinks followed. A file that cannot be read
- * enters with its error code, so a change between failing and succeeding still counts.
+ * file itself), sorted, each name with its content, links followed. A file that is not regular,
+ * or is over the size limit, enters with its kind or size and times instead of its content; one
+ * that cannot be read, with its error code, so a change between failing and succeeding counts.
+ * Contents are hashed once per version of a file (its inode, size and times).
+ *
+ * `of` reads asynchronously, for the checks. `now` reads synchronously, once, at start-up, right
+ * after the rules were loaded and before anything is served, so that no change made in between
+ * can pass for the files loaded.
  */
-function fingerprintRules(path: string): string {
-  const hash = createHash('sha256');
-  const add = (name: string, read: () => Buffer | 'directory'): void => {
-    let content: Buffer | 'directory';
-    try {
-      content = read();
-    } catch (error) {
-      hash.update(`${name}\0error\0${(error as NodeJS.ErrnoException).code ?? 'unknown'}\n`);
-      return;
+function createFingerprinter() {
+  const hashes = new Map<string, { version: string; hash: string }>();
+
+  /** The file's entry from its stats, or its cached hash; undefined when it must be read. */
+  function fromStats(file: string, stats: BigIntStats): string | { version: string } {
+    const version = `${stats.dev}:${stats.ino}:${stats.size}:${stats.mtimeNs}:${stats.ctimeNs}`;
+    const kind = stats.isDirectory()
+      ? 'directory'
+      : !stats.isFile()
+        ? 'special'
+        : stats.size > BigInt(MAX_RULES_FILE_BYTES)
+          ? 'large'
+          : undefined;
+    if (kind !== undefined) {
+      hashes.delete(file);
+      return `${kind}\0${version}`;
     }
-    if (content === 'directory') {
-      hash.update(`${name}\0directory\n`);
-      return;
-    }
-    hash.update(`${name}\0${content.length}\0`);
-    hash.update(content);
-    hash.update('\n');
-  };
-  try {
-    if (!statSync(path).isDirectory()) {
-      add('', () => readFileSync(path));
-      return hash.digest('hex');
-    }
-    const names = readdirSync(path)
-      .filter((name) => !name.startsWith('.') && (name.endsWith('.yaml') || name.endsWith('.yml')))
-      .sort();
-    for (const name of names) {
-      const file = join(path, name);
-      // loadRules skips a directory named like a rules file.
-      add(name, () => (statSync(file).isDirectory() ? 'directory' : readFileSync(file)));
-    }
-  } catch (error) {
-    hash.update(`\0error\0${(error as NodeJS.ErrnoException).code ?? 'unknown'}\n`);
+    const known = hashes.get(file);
+    return known?.version === version ? known.hash : { version };
   }
-  return hash.digest('hex');
+
+  const failed = (file: string, error: unknown, version = ''): string => {
+    hashes.delete(file);
+    return `error\0${(error as NodeJS.ErrnoException).code ?? 'unknown'}\0${version}`;
+  };
+
+  function remember(file: string, version: string, hash: string): string {
+    hashes.set(file, { version, hash });
+    return hash;
+  }
+
+  function combine(path: string, names: string[] | undefined, entries: string[]): string {
+    const all = createHash('sha256');
+    const files = names === undefined ? [path] : names.map((name) => join(path, name));
+    const seen = new Set(files);
+    for (const file of hashes.keys()) if (!seen.has(file)) hashes.delete(file);
+    (names ?? ['']).forEach((name, i) => all.update(`${name}\0${entries[i]}\n`));
+    return all.digest('hex');
+  }
+
+  const ruleNames = (names: string[]): string[] =>
+    names.filter((n) => !n.startsWith('.') && (n.endsWith('.yaml') || n.endsWith('.yml'))).sort();
+
+  return {
+    async of(path: string): Promise<string> {
+      let names: string[] | undefined;
+      try {
+        if ((await stat(path)).isDirectory()) names = ruleNames(await readdir(path));
+      } catch (error) {
+        return failed(path, error);
+      }
+      const files = names === undefined ? [path] : names.map((name) => join(path, name));
+      const entries: string[] = [];
+      for (const file of files) {
+        let found: string | { version: string };
+        try {
+          found = fromStats(file, await stat(file, { bigint: true }));
+        } catch (error) {
+          entries.push(failed(file, error));
+          continue;
+        }
+        if (typeof found === 'string') entries.push(found);
+        else {
+          const hash = await readHash(file).catch((error) => failed(file, error, found.version));
+          entries.push(remember(file, found.version, hash));
+        }
+      }
+      return combine(path, names, entries);
+    },
+
+    now(path: string): string {
+      let names: string[] | undefined;
+      try {
+        if (statSync(path).isDirectory()) names = ruleNames(readdirSync(path));
+      } catch (error) {
+        return failed(path, error);
+      }
+      const files = names === undefined ? [path] : names.map((name) => join(path, name));
+      const entries = files.map((file) => {
+        let found: string | { version: string };
+        try {
+          found = fromStats(file, statSync(file, { bigint: true }));
+        } catch (error) {
+          return failed(file, error);
+        }
+        if (typeof found === 'string') return found;
+        let hash: string;
+        try {
+          hash = readHashNow(file);
+        } catch (error) {
+          hash = failed(file, error, found.version);
+        }
+        return remember(file, found.version, hash);
+      });
+      return combine(path, names, entries);
+    },
+  };
+}
+
+const READ_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK;
+
+/** A regular file's content hash, read without blocking and never past the size limit. */
+async function readHash(file: string): Promise<string> {
+  const handle = await open(file, READ_FLAGS);
+  try {
+    if (!(await handle.stat()).isFile()) return 'special';
+    const hash = createHash('sha256');
+    const buffer = Buffer.alloc(64 * 1024);
+    let total = 0;
+    for (;;) {
+      const { bytesRead } = await handle.read(buffer, 0, buffer.length, null);
+      if (bytesRead === 0) return hash.digest('hex');
+      total += bytesRead;
+      if (total > MAX_RULES_FILE_BYTES) return `large\0${total}`;
+      hash.update(buffer.subarray(0, bytesRead));
+    }
+  } finally {
+    await handle.close();
+  }
+}
+
+/** The same, synchronously: for the fingerprint taken at start-up. */
+function readHashNow(file: string): string {
+  const fd = openSync(file, READ_FLAGS);
+  try {
+    if (!fstatSync(fd).isFile()) return 'special';
+    const hash = createHash('sha256');
+    const buffer = Buffer.alloc(64 * 1024);
+    let total = 0;
+    for (;;) {
+      const bytesRead = readSync(fd, buffer, 0, buffer.length, null);
+      if (bytesRead === 0) return hash.digest('hex');
+      total += bytesRead;
+      if (total > MAX_RULES_FILE_BYTES) return `large\0${total}`;
+      hash.update(buffer.subarray(0, bytesRead));
+    }
+  } finally {
+    closeSync(fd);
+  }
 }

@@ -56,7 +56,7 @@ function start(path: string, options: Partial<WatchRulesOptions> = {}) {
   watchers.push(
     watchRules({
       path,
-      load: () => {
+      load: async () => {
         seen.loads++;
         return loadRules(path, { defaultAlgorithm: 'sliding_window' });
       },

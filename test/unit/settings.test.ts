@@ -41,6 +41,7 @@ describe('readSettings defaults', () => {
       logFormat: 'json',
       mergeDomainConfig: false,
       configPollIntervalMs: 10_000,
+      configSettleMs: 1_000,
       responseDynamicMetadata: false,
       limitHeaders: {
         enabled: false,

@@ -1,0 +1,283 @@
+import { execFileSync } from 'node:child_process';
+import {
+  mkdtempSync,
+  readFileSync,
+  renameSync,
+  symlinkSync,
+  truncateSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { counterByLabel } from '../support/metrics.js';
+import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
+import { callCheck, d, eventually } from '../support/tollgate.js';
+
+// Rules files that an unlucky or hostile operator drops into a running tollgate's rules
+// directory: each is refused or loaded without stopping the service from answering, its memory
+// stays bounded, and the rules in force keep serving until a good file replaces them.
+
+const GOOD = (limit: number) => `
+domain: api
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: ${limit}}
+`;
+
+const running: TollgateProcess[] = [];
+afterAll(async () => {
+  await Promise.all(running.map((t) => t.stop()));
+});
+
+interface Probe {
+  /** The slowest answer so far, in ms, and how many calls failed or were refused. */
+  stop(): Promise<{ slowestMs: number; calls: number; failed: number }>;
+}
+
+/** Calls every 10 ms, timing each answer, until stopped. */
+function probeCalls(tollgate: TollgateProcess): Probe {
+  let stopped = false;
+  let slowestMs = 0;
+  let calls = 0;
+  let failed = 0;
+  const loop = (async () => {
+    while (!stopped) {
+      const started = performance.now();
+      try {
+        await callCheck(tollgate.client, { domain: 'api', descriptors: [d('tenant', 'probe')] });
+      } catch {
+        failed += 1;
+      }
+      calls += 1;
+      slowestMs = Math.max(slowestMs, performance.now() - started);
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  })();
+  return {
+    async stop() {
+      stopped = true;
+      await loop;
+      return { slowestMs, calls, failed };
+    },
+  };
+}
+
+const rssMb = (t: TollgateProcess) =>
+  Number(/^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${t.child.pid}/status`, 'utf8'))?.[1]) /
+  1024;
+
+async function limitNow(t: TollgateProcess): Promise<number | undefined> {
+  const response = await callCheck(t.client, { domain: 'api', descriptors: [d('tenant', 'x')] });
+  return response.statuses?.[0]?.current_limit?.requests_per_unit;
+}
+
+async function loadErrors(t: TollgateProcess): Promise<number> {
+  return (await counterByLabel(t.httpUrl, 'tollgate_config_loads_total', 'result')).error ?? 0;
+}
+
+/** A tollgate on a rules directory holding `api.yaml`, watching it closely. */
+async function start(env: Record<string, string> = {}) {
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-loading-'));
+  writeFileSync(join(dir, 'api.yaml'), GOOD(100));
+  const tollgate = await spawnTollgate(
+    'unused: true',
+    {
+      CONFIG_PATH: dir,
+      CONFIG_POLL_INTERVAL: '200ms',
+      CONFIG_SETTLE_TIME: '200ms',
+      LOG_LEVEL: 'info',
+      ...env,
+    },
+    { captureStdout: true },
+  );
+  running.push(tollgate);
+  return { tollgate, dir };
+}
+
+/** Writes a file whole: first beside, then renamed over, as deploys do. */
+function replace(path: string, text: string): void {
+  writeFileSync(`${path}.tmp`, text);
+  renameSync(`${path}.tmp`, path);
+}
+
+/** One anchored list of `items` rules, aliased under each of `siblings` descriptors. */
+function fanOut(items: number, siblings: number): string {
+  const lines = ['domain: fan', 'descriptors:', '  - key: base', '    descriptors: &rules'];
+  for (let i = 0; i < items; i++) {
+    lines.push(`      - {key: k, value: v${i}, rate_limit: {unit: second, requests_per_unit: 1}}`);
+  }
+  for (let s = 0; s < siblings; s++) lines.push(`  - key: s${s}`, '    descriptors: *rules');
+  return `${lines.join('\n')}\n`;
+}
+
+/** A valid file of just under 4 MiB, the largest allowed: some 50,000 rules. */
+function largest(): string {
+  const lines = ['domain: big', 'descriptors:'];
+  let size = 30;
+  for (let n = 0; size < 4 * 1024 * 1024 - 100; n++) {
+    const rule = `  - key: t\n    value: v${String(n).padStart(5, '0')}\n    rate_limit: {unit: minute, requests_per_unit: ${100 + (n % 900)}}`;
+    lines.push(rule);
+    size += rule.length + 1;
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+describe('a reload that would expand too far', () => {
+  it('refuses 1,000 aliases of a 1,000-rule list (112 KB, a million rules), and keeps serving', async () => {
+    const { tollgate, dir } = await start();
+    const before = rssMb(tollgate);
+    const failed = await loadErrors(tollgate);
+    const probe = probeCalls(tollgate);
+    const file = fanOut(1_000, 1_000);
+    replace(join(dir, 'fan.yaml'), file);
+    await eventually(async () => (await loadErrors(tollgate)) > failed, 20_000);
+    const calls = await probe.stop();
+    const grown = rssMb(tollgate) - before;
+    const logged = tollgate
+      .stdout()
+      .split('\n')
+      .find((line) => line.includes('fan.yaml'));
+    console.log(
+      `[loading] fan-out of ${file.length} bytes: ${JSON.parse(logged ?? '{}').err?.message}; ` +
+        `slowest of ${calls.calls} calls meanwhile ${calls.slowestMs.toFixed(0)} ms, RSS +${grown.toFixed(0)} MB`,
+    );
+    expect(logged).toContain(
+      'fan.yaml: expands to more than 1000000 YAML nodes once its aliases are read where they are used',
+    );
+    expect(calls.failed).toBe(0);
+    expect(calls.slowestMs).toBeLessThan(500);
+    expect(await limitNow(tollgate)).toBe(100);
+    expect(tollgate.child.exitCode).toBeNull();
+  }, 60_000);
+});
+
+describe('an anchor that refers to itself', () => {
+  const SELF = 'domain: self\ndescriptors: &a\n  - key: k\n    descriptors: *a\n';
+
+  it('stops start-up with a message naming the file, and no stack', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tollgate-self-'));
+    writeFileSync(join(dir, 'self.yaml'), SELF);
+    let output = '';
+    let code = 0;
+    try {
+      execFileSync(process.execPath, ['dist/main.js'], {
+        env: { ...process.env, CONFIG_PATH: dir, GRPC_PORT: '0', PORT: '0' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+        timeout: 20_000,
+      });
+    } catch (error) {
+      const failed = error as { status: number; stderr: Buffer };
+      code = failed.status;
+      output = failed.stderr.toString();
+    }
+    expect(code).toBe(1);
+    expect(output.trim()).toBe(
+      'tollgate: self.yaml: alias *a is inside the node it names, which never ends',
+    );
+  });
+
+  it('on reload, is refused naming the file', async () => {
+    const { tollgate, dir } = await start();
+    const failed = await loadErrors(tollgate);
+    replace(join(dir, 'self.yaml'), SELF);
+    await eventually(async () => (await loadErrors(tollgate)) > failed, 10_000);
+    expect(tollgate.stdout()).toContain('self.yaml: alias *a is inside the node it names');
+    expect(await limitNow(tollgate)).toBe(100);
+  });
+});
+
+describe('files that are not files', () => {
+  it.each([
+    ['a FIFO', (path: string) => execFileSync('mkfifo', [path]), 'is a FIFO, not a regular file'],
+    [
+      'a link to /dev/zero',
+      (path: string) => symlinkSync('/dev/zero', path),
+      'is a character device, not a regular file',
+    ],
+    [
+      'a 1 GB file',
+      (path: string) => {
+        writeFileSync(path, '');
+        truncateSync(path, 1024 ** 3);
+      },
+      'is 1073741824 bytes, over the limit of 4194304',
+    ],
+  ])(
+    'as %s: refused once, never read, and calls go on',
+    async (_, make, message) => {
+      const { tollgate, dir } = await start();
+      const before = rssMb(tollgate);
+      const failed = await loadErrors(tollgate);
+      const probe = probeCalls(tollgate);
+      make(join(dir, 'odd.yaml'));
+      await eventually(async () => (await loadErrors(tollgate)) > failed, 10_000);
+      // Several polls later, it has not been loaded, or read, again.
+      await new Promise((resolve) => setTimeout(resolve, 1_500));
+      const calls = await probe.stop();
+      const errors = (await loadErrors(tollgate)) - failed;
+      console.log(
+        `[loading] ${_}: ${errors} refusal; slowest of ${calls.calls} calls ${calls.slowestMs.toFixed(0)} ms; ` +
+          `RSS +${(rssMb(tollgate) - before).toFixed(0)} MB`,
+      );
+      expect(tollgate.stdout()).toContain(`odd.yaml: ${message}`);
+      expect(errors).toBe(1);
+      expect(calls.failed).toBe(0);
+      expect(calls.slowestMs).toBeLessThan(500);
+      expect(rssMb(tollgate) - before).toBeLessThan(100);
+      expect(await limitNow(tollgate)).toBe(100);
+    },
+    30_000,
+  );
+});
+
+describe('the largest valid file', () => {
+  it('loads off the serving thread: no call waits on it', async () => {
+    const { tollgate, dir } = await start();
+    const text = largest();
+    const probe = probeCalls(tollgate);
+    replace(join(dir, 'big.yaml'), text);
+    const started = performance.now();
+    await eventually(async () => {
+      const response = await callCheck(tollgate.client, {
+        domain: 'big',
+        descriptors: [d('t', 'v00042')],
+      });
+      return response.statuses?.[0]?.current_limit?.requests_per_unit === 142;
+    }, 60_000);
+    const loadedMs = performance.now() - started;
+    const calls = await probe.stop();
+    const rules = text.split('\n  - key').length - 1;
+    console.log(
+      `[loading] ${rules} rules in ${(text.length / 1024 / 1024).toFixed(2)} MiB, reloaded in ${(loadedMs / 1000).toFixed(1)} s: ` +
+        `slowest of ${calls.calls} calls meanwhile ${calls.slowestMs.toFixed(0)} ms`,
+    );
+    expect(calls.failed).toBe(0);
+    // About 100 ms at most; the margin is for a loaded machine.
+    expect(calls.slowestMs).toBeLessThan(300);
+  }, 90_000);
+});
+
+describe('a file written in two halves', () => {
+  it('is loaded whole, once it has held still for CONFIG_SETTLE_TIME', async () => {
+    const { tollgate, dir } = await start({ CONFIG_SETTLE_TIME: '1s' });
+    const path = join(dir, 'api.yaml');
+    const whole = `${GOOD(100)}  - key: route\n    rate_limit: {unit: minute, requests_per_unit: 7}\n`;
+    const loads = () =>
+      tollgate
+        .stdout()
+        .split('\n')
+        .filter((line) => line.includes('"rules reloaded"')).length;
+    // The first half is valid rules on its own: without the settle time it would be loaded.
+    writeFileSync(path, GOOD(100).replace('100', '50'));
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    writeFileSync(path, whole.replace('100', '50'));
+    await eventually(async () => (await limitNow(tollgate)) === 50, 10_000);
+    const route = await callCheck(tollgate.client, {
+      domain: 'api',
+      descriptors: [d('route', 'r')],
+    });
+    expect(route.statuses?.[0]?.current_limit?.requests_per_unit).toBe(7);
+    expect(loads()).toBe(1);
+  }, 30_000);
+});
