@@ -1,7 +1,7 @@
 import type { Check, Decision } from './check.js';
-import { InvalidRequestError, StoreError } from './errors.js';
+import { InvalidRequestError, SettingsError, StoreError } from './errors.js';
 import { createServerCredentials } from './grpc/credentials.js';
-import { createGrpcServer } from './grpc/server.js';
+import { createGrpcServer, routeGrpcLogs } from './grpc/server.js';
 import { grpcServerOptions, guardOptions } from './grpc/serverOptions.js';
 import { createHttpServer } from './http/server.js';
 import { createLimiter } from './limiter.js';
@@ -16,6 +16,7 @@ import type { Settings } from './settings.js';
 import { createMemoryStore } from './store/memoryStore.js';
 import { createRedisStore } from './store/redisStore.js';
 import type { Store } from './store/Store.js';
+import { countRules, describeStore, ignoredReferenceSettings } from './startupReport.js';
 import { createTracing } from './tracing.js';
 
 /**
@@ -45,6 +46,24 @@ export interface Service {
   stop(graceMs?: number): Promise<void>;
   /** Loads the rules again now, changed or not (SIGHUP); the current rules serve meanwhile. */
   reload(): void;
+}
+
+/**
+ * A port that cannot be bound, as a SettingsError naming the setting: main prints it as
+ * `tollgate: MESSAGE` and exits 1, as for any bad setting, with no stack.
+ */
+function listenError(setting: string, address: string, error: unknown): SettingsError {
+  const text = error instanceof Error ? error.message : String(error);
+  const code = (error as NodeJS.ErrnoException).code ?? /\b(E[A-Z]+)\b/.exec(text)?.[1];
+  const why =
+    code === 'EADDRINUSE'
+      ? 'is in use by another process'
+      : code === 'EACCES'
+        ? 'needs privileges this process lacks (a port below 1024?)'
+        : code === 'EADDRNOTAVAIL'
+          ? 'is not an address of this host'
+          : `cannot be listened on: ${text}`;
+  return new SettingsError(`${setting}: ${address} ${why}`, { cause: error });
 }
 
 /**
@@ -164,6 +183,7 @@ export function createService(options: ServiceOptions): Service {
   const onInternalError = (error: unknown) =>
     logger.error({ err: error }, 'internal error answering a check');
   const onInvalidRequest = () => metrics.invalidRequest();
+  routeGrpcLogs((line) => logger.warn({ source: 'grpc-js' }, line));
   const grpcServer = createGrpcServer({
     decide,
     limits,
@@ -274,22 +294,44 @@ export function createService(options: ServiceOptions): Service {
       probeTimer = setInterval(() => void probe(), options.healthIntervalMs ?? 1_000);
       probeTimer.unref();
       updateHealth();
-      const grpcPort = settings.grpcUds
-        ? await grpcServer.listen(`unix:${settings.grpcUds}`)
-        : await grpcServer.listen(settings.grpcHost, settings.grpcPort);
-      const httpPort = await httpServer.listen(settings.host, settings.port);
+      const grpcAddress = settings.grpcUds ?? `${settings.grpcHost}:${settings.grpcPort}`;
+      const grpcPort = await (
+        settings.grpcUds
+          ? grpcServer.listen(`unix:${settings.grpcUds}`)
+          : grpcServer.listen(settings.grpcHost, settings.grpcPort)
+      ).catch((error: unknown) => {
+        throw listenError(settings.grpcUds ? 'GRPC_UDS' : 'GRPC_PORT', grpcAddress, error);
+      });
+      const httpPort = await httpServer
+        .listen(settings.host, settings.port)
+        .catch((error: unknown) => {
+          throw listenError('PORT', `${settings.host}:${settings.port}`, error);
+        });
+      const loaded = countRules(rules);
       logger.info(
         {
           grpc: settings.grpcUds ?? `${settings.grpcHost}:${grpcPort}`,
           http: `${settings.host}:${httpPort}`,
+          store: describeStore(settings),
+          rules: { source: settings.configPath, ...loaded },
+          failureMode: settings.failureMode,
+          ...(settings.redis ? { redisTimeoutMs: settings.redis.timeoutMs } : {}),
         },
         'listening',
       );
+      if (settings.redis === undefined) {
+        logger.warn(
+          'REDIS_URL is unset: counters are kept in this process only, and other instances ' +
+            'or workers do not share them',
+        );
+      }
+      for (const warning of ignoredReferenceSettings(options.env ?? process.env)) {
+        logger.warn(warning);
+      }
       return { grpcPort, httpPort };
     },
 
     reload() {
-      logger.info({ configPath: settings.configPath }, 'reloading the rules');
       watcher.reload();
     },
 

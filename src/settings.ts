@@ -2,6 +2,7 @@ import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import { boolean, duration, integer, oneOf, optional, ratio, text, type Env } from './envValues.js';
 import { SettingsError } from './errors.js';
+import { redactSecrets, secretsIn } from './redact.js';
 import { ALGORITHMS, type Algorithm } from './rules/types.js';
 
 /**
@@ -139,6 +140,18 @@ export interface RedisTls {
 export const BUNDLED_RULES = fileURLToPath(new URL('../config/example.yaml', import.meta.url));
 
 export function readSettings(env: Env = process.env): Settings {
+  try {
+    return readAll(env);
+  } catch (error) {
+    // A message quotes the bad setting, which may hold a password: never print it.
+    if (error instanceof SettingsError) {
+      throw new SettingsError(redactSecrets(error.message, secretsIn(env)), { cause: error });
+    }
+    throw error;
+  }
+}
+
+function readAll(env: Env): Settings {
   const get = (name: string, fallback: string): string => text(env, name, fallback);
   const configPath = env.CONFIG_PATH
     ? env.CONFIG_PATH
@@ -204,6 +217,12 @@ export function readSettings(env: Env = process.env): Settings {
     overLimitCacheSize: integer(env, 'OVER_LIMIT_CACHE_SIZE', 10_000, 0, 10_000_000),
   };
 
+  const configType = env.CONFIG_TYPE ?? '';
+  if (configType !== '' && !/^file$/i.test(configType)) {
+    throw new SettingsError(
+      `CONFIG_TYPE: '${configType}' is not supported yet; rules come from files (CONFIG_PATH)`,
+    );
+  }
   if (/[{}]/.test(settings.cacheKeyPrefix)) {
     throw new SettingsError(
       'CACHE_KEY_PREFIX: may not contain { or }, which Redis reads as a hash tag',

@@ -12,6 +12,7 @@ import { NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
 import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
 import { optional, type Env } from './envValues.js';
 import { InvalidRequestError, SettingsError } from './errors.js';
+import { redactUrls } from './redact.js';
 import type { CheckEvent } from './outcome.js';
 
 /**
@@ -141,7 +142,7 @@ function httpUrl(env: Env, name: string): string | undefined {
   const value = optional(env, name);
   // URL.parse would be shorter, but arrived in Node 20.18.
   if (value !== undefined && !(URL.canParse(value) && /^https?:$/.test(new URL(value).protocol))) {
-    throw new SettingsError(`${name}: '${value}' is not an http:// or https:// URL`);
+    throw new SettingsError(`${name}: '${redactUrls(value)}' is not an http:// or https:// URL`);
   }
   return value;
 }

@@ -57,8 +57,34 @@ export async function run(): Promise<void> {
   return runPrimary(settings, logger);
 }
 
+/**
+ * What each signal does, in every role:
+ * - SIGTERM, SIGINT: drain (health NOT_SERVING, calls in flight finish), then exit 0.
+ * - SIGHUP: load the rules again; the current ones serve meanwhile. A primary passes it on.
+ * - SIGUSR1, SIGUSR2, SIGQUIT: logged and ignored. Node would end the process at once on
+ *   SIGUSR2 and SIGQUIT, every call in flight failing, and open its inspector on SIGUSR1.
+ */
+const IGNORED_SIGNALS = ['SIGUSR1', 'SIGUSR2', 'SIGQUIT'] as const;
+
+function ignoreSignals(logger: Logger): void {
+  for (const signal of IGNORED_SIGNALS) {
+    process.on(signal, () =>
+      logger.warn({ signal }, 'signal ignored: SIGTERM drains, SIGHUP reloads the rules'),
+    );
+  }
+}
+
+function reloadOnHangup(logger: Logger, reload: () => void): void {
+  process.on('SIGHUP', () => {
+    logger.info({ signal: 'SIGHUP' }, 'reloading the rules');
+    reload();
+  });
+}
+
 async function runAlone(settings: Settings, logger: Logger): Promise<void> {
+  ignoreSignals(logger);
   const service = createService({ settings, logger });
+  reloadOnHangup(logger, () => service.reload());
   await service.start();
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     process.once(signal, () => {
@@ -248,6 +274,11 @@ function runPrimary(settings: Settings, logger: Logger): Promise<void> {
       started?.();
     });
   }
+  ignoreSignals(logger);
+  process.on('SIGHUP', () => {
+    logger.info({ signal: 'SIGHUP', workers: members.size }, 'reloading the rules in every worker');
+    for (const { worker } of members.values()) worker.process.kill('SIGHUP');
+  });
 
   return new Promise((resolve) => {
     started = resolve;
@@ -299,7 +330,10 @@ async function runWorker(): Promise<void> {
         report({ type: 'tollgate:metrics', id });
       });
 
+    ignoreSignals(logger);
     const service = createService({ settings, logger, metrics, metricsExposition });
+    // From the primary, which passes SIGHUP on.
+    reloadOnHangup(logger, () => service.reload());
     const started = service.start();
     // Installed before listening, so that a SIGTERM during start-up still ends in a drain.
     let draining = false;

@@ -50,6 +50,18 @@ export interface GrpcServer {
 
 const healthServices = ['', rlsServiceName];
 
+/**
+ * grpc-js logs to stderr itself; its lines go to `log` instead, so that they reach the service's
+ * structured log and stderr keeps only what stops start-up. It is one setting for the process.
+ */
+export function routeGrpcLogs(log: (line: string) => void): void {
+  grpc.setLogger({
+    error: (...args: unknown[]) => log(args.map(String).join(' ')),
+    info: (...args: unknown[]) => log(args.map(String).join(' ')),
+    debug: (...args: unknown[]) => log(args.map(String).join(' ')),
+  });
+}
+
 export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
   const server = new grpc.Server(options.serverOptions);
   const guard = options.guard ? guardServer(server, options.guard) : undefined;

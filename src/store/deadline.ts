@@ -23,7 +23,12 @@ export function withDeadline<T>(
         if (settled) return;
         settled = true;
         onTimeout?.();
-        reject(new StoreError(`redis: Command timed out after ${timeoutMs}ms`, 'timeout'));
+        reject(
+          new StoreError(
+            `redis: timed out: no answer within ${timeoutMs} ms (REDIS_TIMEOUT)`,
+            'timeout',
+          ),
+        );
       });
     }, timeoutMs);
     call.then(

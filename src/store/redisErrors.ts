@@ -37,14 +37,37 @@ const REPLY_KINDS: readonly [RegExp, StoreErrorKind][] = [
   [/^(BUSY|LOADING|MASTERDOWN|READONLY|TRYAGAIN|CLUSTERDOWN|NOREPLICAS|MISCONF)\b/, 'unavailable'],
 ];
 
+/** What happened, as the first words of every store error's message. */
+const WHAT: Readonly<Record<StoreErrorKind, string>> = {
+  timeout: 'timed out',
+  connection: 'not connected',
+  out_of_memory: 'out of memory',
+  wrong_type: 'wrong type',
+  permission: 'refused by ACL',
+  auth: 'refused the credentials',
+  unavailable: 'cannot serve now',
+  script: 'error',
+};
+
+/** ioredis's texts for a connection that is not there, in words an operator can act on. */
+const CLIENT_TEXTS: readonly [RegExp, string][] = [
+  [
+    /^Stream isn't writeable and enableOfflineQueue options is false/,
+    'the connection is not open yet, or was lost; calls are not queued meanwhile',
+  ],
+  [/^Connection is closed\.?$/, 'the connection is closed'],
+  [
+    /^Reached the max retries per request limit/,
+    'the connection closed while the call was in flight (it may have been applied)',
+  ],
+];
+
 export function classifyRedisError(error: unknown): StoreError {
   if (error instanceof StoreError) return error;
-  let message = error instanceof Error ? error.message : String(error);
-  // What ioredis says of a call in flight when its connection closes, with retries off.
-  if (message.startsWith('Reached the max retries per request limit')) {
-    message = 'the connection closed while the call was in flight (it may have been applied)';
-  }
-  return new StoreError(`redis: ${message}`, kindOf(error, message), { cause: error });
+  let detail = error instanceof Error ? error.message : String(error);
+  const kind = kindOf(error, detail);
+  for (const [pattern, text] of CLIENT_TEXTS) if (pattern.test(detail)) detail = text;
+  return new StoreError(`redis: ${WHAT[kind]}: ${detail}`, kind, { cause: error });
 }
 
 function kindOf(error: unknown, message: string): StoreErrorKind {

@@ -83,7 +83,20 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
     retryStrategy: (attempt) => Math.min(50 * attempt, 1_000),
   });
   // ioredis reports connection trouble as events; the calls themselves fail fast meanwhile.
-  redis.on('error', (error: Error) => options.onError?.(classify(error)));
+  // A call made while there is no connection fails at once with ioredis's "not writeable": the
+  // reason there is none (refused, wrong password, TLS) is the last connection error, which is
+  // what such a call reports.
+  let connectionError: StoreError | undefined;
+  redis.on('error', (error: Error) => {
+    connectionError = classify(error);
+    options.onError?.(connectionError);
+  });
+  const explain = (error: unknown): StoreError => {
+    const classified = classify(error);
+    return classified.kind === 'connection' && connectionError !== undefined && isUnsent(error)
+      ? connectionError
+      : classified;
+  };
   const lua = loadDecisionScript();
   const sha = scriptSha(lua);
   redis.defineCommand('tollgateDecide', { lua });
@@ -98,7 +111,11 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
   });
   /** Every call: bounded by REDIS_TIMEOUT, and watched for a silent connection. */
   const bounded = <T>(call: Promise<T>) =>
-    withDeadline(silence.track(call), timeoutMs, silence.timedOut);
+    withDeadline(silence.track(call), timeoutMs, silence.timedOut).then((value) => {
+      // Connected and answered: an earlier connection error no longer explains anything.
+      connectionError = undefined;
+      return value;
+    });
   const decide = (...args: ScriptArgs) => bounded(script(...args));
   const skewToleranceMs = options.clockSkewToleranceMs ?? 0;
 
@@ -109,7 +126,7 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
         const reply = await decide(...decideArgs(checks, { nowMs, skewToleranceMs }));
         return readDecision(reply, checks.length);
       } catch (error) {
-        throw classify(error);
+        throw explain(error);
       }
     },
     async sendBatch(requests) {
@@ -117,11 +134,11 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
       try {
         reply = await decide(...batchArgs(requests, skewToleranceMs));
       } catch (error) {
-        throw classify(error);
+        throw explain(error);
       }
       // A request whose counter failed gets its error; the others their decisions.
       return readBatch(reply, requests).map((decided) =>
-        decided instanceof Error ? classify(decided) : decided,
+        decided instanceof Error ? explain(decided) : decided,
       );
     },
   });
@@ -134,7 +151,7 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
       try {
         return await bounded(redis.del(...keys));
       } catch (error) {
-        throw classify(error);
+        throw explain(error);
       }
     },
 
@@ -143,7 +160,7 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
         if (redis.status === 'connecting' || redis.status === 'connect') await ready(redis, 1_000);
         await bounded(redis.ping());
       } catch (error) {
-        throw classify(error);
+        throw explain(error);
       }
     },
 
@@ -153,7 +170,7 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
         const args = probeArgs(probeKey(options.keyPrefix ?? ''), nowMs);
         await runProbe(redis, lua, sha, args, bounded);
       } catch (error) {
-        throw classify(error);
+        throw explain(error);
       }
     },
 
@@ -178,6 +195,12 @@ async function runProbe(
   const [numKeys, ...rest] = args as [number, ...(string | number)[]];
   readDecision(await bounded(node.eval(lua, numKeys, ...rest)), 1);
   readDecision(await bounded(node.evalsha(sha, numKeys, ...rest)), 1);
+}
+
+/** ioredis's refusal of a call it could not send: there was no connection to send it on. */
+function isUnsent(error: unknown): boolean {
+  const message = error instanceof Error ? error.message : '';
+  return /^(Stream isn't writeable|Connection is closed)/.test(message);
 }
 
 function singleOptions(settings: RedisSettings): RedisOptions {

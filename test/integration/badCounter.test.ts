@@ -86,7 +86,7 @@ describe('a counter key that holds a foreign value', () => {
     const answers = await flood();
 
     const wrongType =
-      'UNAVAILABLE: store unavailable: redis: WRONGTYPE ' +
+      'UNAVAILABLE: store unavailable: redis: wrong type: WRONGTYPE ' +
       (_ === 'a string'
         ? 'Operation against a key holding the wrong kind of value'
         : 'a counter key holds a value that tollgate did not write');

@@ -329,9 +329,7 @@ describe('DEBUG SLEEP longer than REDIS_TIMEOUT under load', () => {
     expect(timedOut.reduce((sum, n) => sum + n, 0)).toBeGreaterThanOrEqual(CALLERS * 2);
     for (const tally of all(tallies)) {
       for (const text of tally.details.keys()) {
-        expect(text).toMatch(
-          /timed out|Stream isn't writeable|closed while the call was in flight/,
-        );
+        expect(text).toMatch(/timed out|not connected/);
       }
     }
     expectTransitions(tallies, ['before', 'recovered'], ['OK', 'UNAVAILABLE']);
@@ -408,7 +406,9 @@ describe('maxmemory reached with noeviction, under a flood of new keys', () => {
     expectTransitions(tallies, ['recovered'], ['OK', 'UNAVAILABLE']);
     for (const tally of all(tallies)) {
       for (const text of tally.details.keys()) {
-        expect(text).toMatch(/^UNAVAILABLE: store unavailable: redis: OOM command not allowed/);
+        expect(text).toMatch(
+          /^UNAVAILABLE: store unavailable: redis: out of memory: OOM command not allowed/,
+        );
       }
       expect(tally.maxLatencyMs).toBeLessThan(BOUND_MS);
     }

@@ -9,6 +9,16 @@ function reply(message: string): Error {
   return error;
 }
 
+/** The first words of a message, by kind: what happened. */
+const WHAT: Record<string, string> = {
+  out_of_memory: 'out of memory',
+  wrong_type: 'wrong type',
+  permission: 'refused by ACL',
+  auth: 'refused the credentials',
+  unavailable: 'cannot serve now',
+  script: 'error',
+};
+
 describe('classifyRedisError', () => {
   it.each([
     [
@@ -34,7 +44,7 @@ describe('classifyRedisError', () => {
     const error = classifyRedisError(reply(message));
     expect(error).toBeInstanceOf(StoreError);
     expect(error.kind).toBe(kind);
-    expect(error.message).toBe(`redis: ${message}`);
+    expect(error.message).toBe(`redis: ${WHAT[kind]}: ${message}`);
   });
 
   it.each([
@@ -54,12 +64,19 @@ describe('classifyRedisError', () => {
     );
     expect([error.kind, error.message]).toEqual([
       'connection',
-      'redis: the connection closed while the call was in flight (it may have been applied)',
+      'redis: not connected: the connection closed while the call was in flight (it may have been applied)',
     ]);
+    expect(
+      classifyRedisError(
+        new Error("Stream isn't writeable and enableOfflineQueue options is false"),
+      ).message,
+    ).toBe(
+      'redis: not connected: the connection is not open yet, or was lost; calls are not queued meanwhile',
+    );
   });
 
   it('keeps a StoreError as it is', () => {
-    const timeout = new StoreError('redis: Command timed out after 15ms', 'timeout');
+    const timeout = new StoreError('redis: timed out: no answer within 15 ms', 'timeout');
     expect(classifyRedisError(timeout)).toBe(timeout);
   });
 });

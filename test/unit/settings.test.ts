@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { SettingsError } from '../../src/errors.js';
 import { BUNDLED_RULES, readSettings } from '../../src/settings.js';
+import { createTracing } from '../../src/tracing.js';
 
 function failure(env: Record<string, string>): SettingsError {
   try {
@@ -474,5 +475,53 @@ describe('the rules location', () => {
   it('lets CONFIG_PATH win over RUNTIME_ROOT', () => {
     const env = { RUNTIME_ROOT: '/srv/runtime', CONFIG_PATH: '/etc/tollgate/rules.yaml' };
     expect(readSettings(env).configPath).toBe('/etc/tollgate/rules.yaml');
+  });
+});
+
+describe('a bad setting that holds a password', () => {
+  const PASSWORD = 'S3cretPW';
+  it.each([
+    [{ REDIS_URL: `redis://tollgate:${PASSWORD}@h1:7000,redis://tollgate:${PASSWORD}@h2:7000` }],
+    [{ REDIS_URL: `redis+sentinel://tollgate:${PASSWORD}@s1:26379,s2:26379/main` }],
+    [{ REDIS_TYPE: 'cluster', REDIS_URL: `redis://tollgate:${PASSWORD}@h1:7000/2` }],
+    [{ REDIS_TYPE: 'cluster', REDIS_URL: `rediss://tollgate:${PASSWORD}@h1:7000,redis://h2:7000` }],
+    [{ REDIS_TYPE: 'cluster', REDIS_URL: `unix:///run/redis.sock,redis://tollgate:${PASSWORD}@h` }],
+    [
+      {
+        REDIS_TYPE: 'sentinel',
+        REDIS_URL: `redis+sentinel://tollgate:${PASSWORD}@s1:26379,s2:26379`,
+      },
+    ],
+    [{ REDIS_TYPE: 'sentinel', REDIS_URL: `redis+sentinel://tollgate:${PASSWORD}@s1:26379/` }],
+    [{ REDIS_TYPE: 'sentinel', REDIS_URL: `redis+sentinel://tollgate:${PASSWORD}@s1:x:y/main` }],
+    [{ REDIS_URL: `redis://tollgate:${PASSWORD}@` }],
+    [{ REDIS_URL: `redis://tollgate:${PASSWORD}@cache:6379/zero` }],
+    [{ REDIS_URL: `redis://tollgate:p@${PASSWORD}@cache:bad` }],
+    [{ REDIS_URL: `redis://tollgate:${encodeURIComponent('p/ss:' + PASSWORD)}@` }],
+    [{ REDIS_AUTH: `tollgate:${PASSWORD}`, REDIS_URL: 'cache:6379,other:6379' }],
+    [{ REDIS_AUTH: `tollgate:${PASSWORD}`, REDIS_TYPE: 'sentinel', REDIS_URL: 'main' }],
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: `ftp://tollgate:${PASSWORD}@collector` }],
+    [
+      {
+        OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318',
+        OTEL_EXPORTER_OTLP_HEADERS: `authorization=Bearer%20${PASSWORD},broken`,
+      },
+    ],
+  ])('%j: the message never holds it', (env) => {
+    let message = '';
+    try {
+      readSettings(env);
+      createTracing({ env });
+    } catch (error) {
+      message = (error as Error).message;
+    }
+    expect(message).not.toBe('');
+    expect(message).not.toContain(PASSWORD);
+  });
+
+  it('still quotes the rest of the URL, for the operator to find the fault', () => {
+    expect(failure({ REDIS_URL: `redis://tollgate:${PASSWORD}@h1:1,redis://h2:2` }).message).toBe(
+      "REDIS_URL: a list of nodes needs REDIS_TYPE=cluster ('redis://tollgate:***@h1:1,redis://h2:2')",
+    );
   });
 });

@@ -1,0 +1,87 @@
+/**
+ * What an operator should read at start-up: one line naming what runs (the store, the rules, the
+ * failure mode), and a warning for each setting of envoyproxy/ratelimit that is set but that
+ * tollgate does not honour, so that a migration that forgot REDIS_URL, or relies on memcache or
+ * statsd, shows at once. No credential is ever named.
+ */
+import type { RuleSet } from './rules/types.js';
+import { rulesInFileOrder } from './rules/parseRules.js';
+import type { Settings } from './settings.js';
+
+/** Where counters live, for the log: the hosts, never the credentials. */
+export function describeStore(settings: Settings): string {
+  const redis = settings.redis;
+  if (redis === undefined) return 'memory (this process only)';
+  const scheme = redis.tls ? 'rediss' : 'redis';
+  const nodes = (redis.nodes ?? [redis]).map(({ host, port }) => `${host}:${port}`).join(',');
+  if (redis.type === 'cluster') return `redis cluster ${scheme}://${nodes}`;
+  if (redis.type === 'sentinel')
+    return `redis sentinel ${redis.masterName} via ${scheme}://${nodes}`;
+  if (redis.path !== undefined)
+    return `redis unix://${redis.path}${redis.db ? `?db=${redis.db}` : ''}`;
+  return `redis ${scheme}://${redis.host}:${redis.port}${redis.db ? `/${redis.db}` : ''}`;
+}
+
+export function countRules(rules: RuleSet): { domains: number; rules: number } {
+  let count = 0;
+  for (const domain of rules.domains.values()) count += rulesInFileOrder(domain.root).length;
+  return { domains: rules.domains.size, rules: count };
+}
+
+/**
+ * envoyproxy/ratelimit's settings that tollgate does not read, with what an operator should know
+ * when one is set. A value that asks for what tollgate does anyway is no warning.
+ */
+const REFERENCE_ONLY: readonly [RegExp, string, ((value: string) => boolean)?][] = [
+  [/^BACKEND_TYPE$/, 'counters are in Redis (REDIS_URL) or in memory', (v) => /^redis$/i.test(v)],
+  [/^MEMCACHE_/, 'there is no memcache store; counters are in Redis (REDIS_URL) or in memory'],
+  [
+    /^LOCAL_CACHE_SIZE_IN_BYTES$/,
+    'the over-limit cache is OVER_LIMIT_CACHE_SIZE, in entries',
+    (v) => v === '0',
+  ],
+  [/^REDIS_PERSECOND/, 'per-second limits share the one Redis of REDIS_URL'],
+  [
+    /^REDIS_(POOL_SIZE|POOL_ON_EMPTY_BEHAVIOR|PIPELINE_WINDOW|PIPELINE_LIMIT|CLUSTER_PIPELINE_PARALLELISM)$/,
+    'tollgate uses one connection and batches calls itself (REDIS_BATCH_LIMIT)',
+  ],
+  [/^REDIS_(SENTINEL_AUTH|HEALTH_CHECK_ACTIVE_CONNECTION|STARTUP_.*)$/, 'not used by tollgate'],
+  [/^EXPIRATION_JITTER_MAX_SECONDS$/, 'counters expire exactly when they stop mattering'],
+  [
+    /^(USE_STATSD|USE_DOG_STATSD|USE_DOG_STATSD_MOGRIFIERS|STATSD_HOST|STATSD_PORT|STATS_FLUSH_INTERVAL|EXTRA_TAGS|DISABLE_STATS)$/,
+    'there is no statsd output; metrics are on GET /metrics',
+    (v) => /^(false|0)$/i.test(v),
+  ],
+  [
+    /^(USE_PROMETHEUS|PROMETHEUS_ADDR|PROMETHEUS_PATH|PROMETHEUS_MAPPER_YAML|PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS)$/,
+    'metrics are on GET /metrics of the HTTP port (PORT)',
+  ],
+  [/^(DEBUG_HOST|DEBUG_PORT)$/, 'there is no debug port'],
+  [/^(STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT|QUOTA_MODE)$/, 'not supported yet'],
+  [
+    /^(RUNTIME_WATCH_ROOT|RUNTIME_IGNOREDOTFILES)$/,
+    'the rules directory is watched as a whole, and dotfiles are skipped',
+  ],
+  [
+    /^(HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED|FORCE_START_WITHOUT_INITIAL_CONFIG)$/,
+    'rules come from files, loaded before serving',
+  ],
+  [/^(CONFIG_GRPC_XDS_|XDS_CLIENT_)/, 'rules come from files (CONFIG_PATH)'],
+  [/^TRACING_/, 'tracing reads the OTEL_* variables'],
+];
+
+/** One warning per reference setting that is set and not honoured, naming it and its value. */
+export function ignoredReferenceSettings(env: Record<string, string | undefined>): string[] {
+  const warnings: string[] = [];
+  for (const [name, value] of Object.entries(env).sort(([a], [b]) => (a < b ? -1 : 1))) {
+    if (value === undefined || value === '') continue;
+    const known = REFERENCE_ONLY.find(([pattern]) => pattern.test(name));
+    if (known === undefined) continue;
+    const [, why, harmless] = known;
+    if (harmless?.(value)) continue;
+    // Some of these hold credentials (REDIS_PERSECOND_AUTH): those are named without a value.
+    const shown = /AUTH|URL|PASS|SECRET|KEY|CERT|HOST_PORT/.test(name) ? name : `${name}=${value}`;
+    warnings.push(`${shown} is set but not used by tollgate: ${why}`);
+  }
+  return warnings;
+}
