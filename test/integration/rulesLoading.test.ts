@@ -152,6 +152,33 @@ describe('a reload that would expand too far', () => {
   }, 60_000);
 });
 
+describe('a reload with one alias too many', () => {
+  it('refuses 10,001 aliases of a one-item list at once, with no stall', async () => {
+    const { tollgate, dir } = await start();
+    const failed = await loadErrors(tollgate);
+    const probe = probeCalls(tollgate);
+    const lines = [
+      'domain: many',
+      'descriptors:',
+      '  - key: base',
+      '    descriptors: &one',
+      '      - {key: k}',
+    ];
+    for (let i = 0; i < 10_001; i++) lines.push(`  - key: s${i}`, '    descriptors: *one');
+    replace(join(dir, 'many.yaml'), `${lines.join('\n')}\n`);
+    await eventually(async () => (await loadErrors(tollgate)) > failed, 10_000);
+    const calls = await probe.stop();
+    console.log(
+      `[loading] 10,001 aliases: slowest of ${calls.calls} calls ${calls.slowestMs.toFixed(0)} ms`,
+    );
+    expect(tollgate.stdout()).toContain(
+      'many.yaml: has more than 10000 aliases; expand them, or use fewer',
+    );
+    expect(calls.failed).toBe(0);
+    expect(calls.slowestMs).toBeLessThan(500);
+  });
+});
+
 describe('an anchor that refers to itself', () => {
   const SELF = 'domain: self\ndescriptors: &a\n  - key: k\n    descriptors: *a\n';
 
