@@ -1,6 +1,8 @@
 /**
  * Reads the rules: one YAML file, or a directory of `*.yaml`/`*.yml` files, one domain each.
- * Synchronous because it runs at start-up and on reload, before any request depends on it.
+ * Synchronous: at start-up it runs before anything is served, and a reload runs it on a worker
+ * thread (loadOffThread.ts). Every file is bounded: its size, its aliases and what they expand to
+ * (readNodes.ts), and only regular files are read.
  */
 
 import {
