@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
+import { readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { createServer, type Server } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
@@ -68,10 +68,6 @@ async function startWorkers(env: Record<string, string> = {}): Promise<TollgateP
   return tollgate;
 }
 
-/**
- * Clients with a connection each, opened one after another so that the workers take turns, and
- * the local ports of those connections.
- */
 /**
  * `count` clients, each on a connection of its own; with `reach`, more (up to 8) until each of
  * those workers holds one. The primary hands connections out in turn, but this process's
@@ -294,6 +290,26 @@ describe('SIGTERM to the primary during load', () => {
     expect(await exit).toBe(0);
     const drained = logs(tollgate).filter((line) => line.msg === 'draining' && line.worker);
     expect(drained.map((line) => line.worker).sort()).toEqual([1, 2]);
+    for (const client of clients) client.close();
+  }, 60_000);
+});
+
+describe('SIGHUP to the primary', () => {
+  it('reloads the rules in every worker', async () => {
+    const rulesPath = writeRules(RULES);
+    // Changes wait an hour to settle: only the signal can load them now.
+    const tollgate = await startWorkers({ CONFIG_PATH: rulesPath, CONFIG_SETTLE_TIME: '1h' });
+    const pids = readyPids(tollgate);
+    const { clients } = await connect(tollgate.address, 2, { pids, port: grpcPort(tollgate) });
+    writeFileSync(rulesPath, RULES.replace('requests_per_unit: 100000', 'requests_per_unit: 777'));
+    tollgate.child.kill('SIGHUP');
+    await eventually(async () => {
+      const answers = await spread(clients, 8, 'counted', 'hup');
+      return answers.every((a) => a.statuses?.[0]?.current_limit?.requests_per_unit === 777);
+    }, 10_000);
+    const reloaded = logs(tollgate).filter((line) => line.msg === 'rules reloaded' && line.worker);
+    expect(new Set(reloaded.map((line) => line.worker)).size).toBe(2);
+    expect(tollgate.child.exitCode).toBeNull();
     for (const client of clients) client.close();
   }, 60_000);
 });
