@@ -229,35 +229,28 @@ export function createLimiter(options: LimiterOptions): Limiter {
   };
 
   /**
-   * OVER_LIMIT without a store call: nothing is consumed, as the store's all-or-nothing denial
-   * would do. The remembered descriptors say OVER_LIMIT with 0 remaining (exact for the usual cost
-   * of 1: a denied cost of k leaves fewer than k) and the time to their deadline; so do costs that
-   * can never fit, with no reset. The other limited descriptors were not decided, so they report
-   * what an unchecked descriptor does: OK with no limit.
+   * OVER_LIMIT without a store call, when every counter is remembered over (see cachedDenial):
+   * nothing is consumed, as the store's all-or-nothing denial would do, and each descriptor says
+   * what the store would: OVER_LIMIT (OK for a shadow one sharing the counter) with 0 remaining
+   * and the time to its deadline.
    */
   function answerFromCache(
     check: Check,
     nodes: (RuleNode | undefined)[],
     statuses: DescriptorStatus[],
     counted: readonly Counted[],
-    deadlines: readonly (number | undefined)[],
+    deadlines: readonly number[],
     now: number,
   ): Decision {
     const candidates: HeaderCandidate[] = [];
     const rules: RuleOutcome[] = [];
     for (const { index, limit, node, slot, cost, shadow, quota } of counted) {
-      const deadline = deadlines[slot];
-      if (deadline === undefined) {
-        statuses[index] = NO_LIMIT;
-        continue;
-      }
-      // As from the store: a shadow descriptor sharing the counter still says OK.
       const status: DescriptorStatus = {
         code: shadow ? 'OK' : 'OVER_LIMIT',
         currentLimit: currentLimit(limit),
         limitRemaining: 0,
+        durationUntilResetMs: Math.ceil((deadlines[slot] as number) - now),
       };
-      if (deadline !== Infinity) status.durationUntilResetMs = Math.ceil(deadline - now);
       statuses[index] = status;
       if (!shadow && !quota) candidates.push({ limit, status });
       if (observe) rules.push(ruleOutcome(check, index, node, cost, true, false, shadow));
@@ -287,31 +280,25 @@ export function createLimiter(options: LimiterOptions): Limiter {
 }
 
 /**
- * The slots' deadlines when an enforced counter of the request is remembered as denied for its
- * cost (Infinity: a cost above the limit, which never fits); undefined when the store must
- * decide. A request with a shadow or overdraw counter always goes to the store, which consumes
- * those even when it denies.
+ * The slots' deadlines when every counter of the request is remembered as denied a single unit,
+ * so that each descriptor's true status is known without the store: OVER_LIMIT with 0 remaining
+ * (one unit does not fit) until its deadline. Undefined when any counter must be decided: one
+ * not remembered, a cost above 1 (its remaining and its reset may differ), or a shadow, quota or
+ * overdraw counter, which the store consumes or judges with the others.
  */
 function cachedDenial(
   cache: OverLimitCache,
   counters: readonly CounterCheck[],
   now: number,
-): (number | undefined)[] | undefined {
-  let deadlines: (number | undefined)[] | undefined;
-  let remembered = false;
-  for (let slot = 0; slot < counters.length; slot++) {
-    const counter = counters[slot] as CounterCheck;
-    if (counter.shadow || counter.overdraw) return undefined;
-    if (counter.quota) continue;
-    const capacity = counter.algorithm === 'token_bucket' ? counter.burst : counter.limit;
-    const deadline =
-      Math.max(counter.cost, 1) > capacity ? Infinity : cache.deniedUntil(counter, now);
-    if (deadline === undefined) continue;
-    if (deadline !== Infinity) remembered = true;
-    deadlines ??= new Array<number | undefined>(counters.length);
-    deadlines[slot] = deadline;
+): number[] | undefined {
+  const deadlines: number[] = [];
+  for (const counter of counters) {
+    if (counter.shadow || counter.overdraw || counter.quota || counter.cost > 1) return undefined;
+    const deadline = cache.deniedUntil(counter, now);
+    if (deadline === undefined) return undefined;
+    deadlines.push(deadline);
   }
-  return remembered ? deadlines : undefined;
+  return deadlines;
 }
 
 function ruleOutcome(

@@ -43,9 +43,11 @@ async function cacheHits(tollgate: Tollgate): Promise<number> {
   return Number(/^tollgate_over_limit_cache_hits_total (\d+)/m.exec(text)?.[1] ?? NaN);
 }
 
+// The route alone: once it is spent, every limited descriptor of the request is over, which is
+// when the cache may answer.
 const request = (tenant: string): RateLimitRequestObject => ({
   domain: 'shop',
-  descriptors: [d('tenant', tenant), d('tenant', tenant, 'route', '/search')],
+  descriptors: [d('tenant', tenant, 'route', '/search')],
 });
 
 describe('an abusive tenant, with CLOCK=local on one injected clock', () => {
@@ -94,8 +96,8 @@ describe('an abusive tenant, with CLOCK=local on one injected clock', () => {
         requests += 1;
         expect(withCache.overall_code).toBe(without.overall_code);
         // The route said it, with a reset no later than the store's.
-        expect(codes(withCache)[2]).toBe(codes(without)[2]);
-        const route = [withCache.statuses?.[1], without.statuses?.[1]];
+        expect(codes(withCache)[1]).toBe(codes(without)[1]);
+        const route = [withCache.statuses?.[0], without.statuses?.[0]];
         if (without.overall_code === 'OVER_LIMIT') {
           denied += 1;
           expect(resetMs(route[0] ?? {})).toBeLessThanOrEqual(resetMs(route[1] ?? {}) ?? 0);
@@ -182,5 +184,52 @@ describe('with CLOCK=redis', () => {
       admitted = (await hit('second')).overall_code === 'OK';
     }
     expect(admitted).toBe(true);
+  });
+});
+
+describe('a spent descriptor beside one that is not', () => {
+  let redis: TestRedis;
+  let tollgate: Tollgate | undefined;
+  beforeAll(async () => {
+    redis = await startRedis();
+  });
+  afterAll(async () => {
+    await tollgate?.stop();
+    await redis?.stop();
+  });
+
+  it('goes to the store, so every descriptor says its own status and counts its hits', async () => {
+    tollgate = await startTollgate({
+      rules: `
+domain: pair
+descriptors:
+  - key: key2
+    rate_limit: {unit: minute, requests_per_unit: 20, algorithm: fixed_window}
+  - key: key3
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: fixed_window}
+`,
+      redisUrl: redis.url,
+    });
+    const pair = { domain: 'pair', descriptors: [d('key2', 'X'), d('key3', 'X')] };
+    const answers = [];
+    for (let i = 0; i < 12; i++) answers.push(await tollgate.check(pair));
+    const last = answers.at(-1)!;
+    expect(codes(last)).toEqual(['OVER_LIMIT', 'OK', 'OVER_LIMIT']);
+    // key2: its true status, not a bare OK. The two denials consumed nothing, so 10 are left.
+    expect(last.statuses?.[0]).toMatchObject({
+      code: 'OK',
+      current_limit: { requests_per_unit: 20, unit: 'MINUTE' },
+      limit_remaining: 10,
+    });
+    const text = await (await fetch(`${tollgate.httpUrl}/metrics`)).text();
+    const hits = (key: string) =>
+      Number(
+        new RegExp(
+          `^ratelimit_service_rate_limit_total_hits\\{domain="pair",key1="${key}",key2=""\\} (\\d+)`,
+          'm',
+        ).exec(text)?.[1],
+      );
+    expect([hits('key2'), hits('key3')]).toEqual([12, 12]);
+    expect(Number(/^tollgate_over_limit_cache_hits_total (\d+)/m.exec(text)?.[1])).toBe(0);
   });
 });
