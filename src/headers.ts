@@ -25,13 +25,21 @@ export interface ReferenceHeaderNames {
   reset: string;
 }
 
+/** Which headers a response carries: the IETF ones (RATELIMIT_HEADERS), the reference's, both. */
+export interface HeaderKinds {
+  ietf: boolean;
+  reference: ReferenceHeaderNames | undefined;
+}
+
 export function responseHeaders(
   candidates: readonly HeaderCandidate[],
   denied: boolean,
-  reference: ReferenceHeaderNames | undefined,
+  kinds: HeaderKinds,
   /** When every quota descriptor is over: the soonest of their resets (undefined: never). */
   quotaRetryMs?: number | null,
 ): Header[] {
+  const reference = kinds.reference;
+  if (!kinds.ietf && reference === undefined) return [];
   let best: HeaderCandidate | undefined;
   let retryAfterMs: number | undefined;
   let neverPasses = false;
@@ -70,19 +78,22 @@ export function responseHeaders(
       ? undefined
       : Math.ceil(status.durationUntilResetMs / 1000);
 
-  const headers: Header[] = [
-    { key: 'RateLimit-Policy', value: `${name};q=${quota};w=${window}` },
-    {
-      key: 'RateLimit',
-      value: `${name};r=${status.limitRemaining}${resetSeconds === undefined ? '' : `;t=${resetSeconds}`}`,
-    },
-  ];
-  if (denied && quotaRetryMs !== undefined) {
-    if (quotaRetryMs === null) neverPasses = true;
-    else retryAfterMs = Math.max(retryAfterMs ?? 0, quotaRetryMs);
-  }
-  if (retryAfterMs !== undefined && !neverPasses) {
-    headers.push({ key: 'Retry-After', value: String(Math.ceil(retryAfterMs / 1000)) });
+  const headers: Header[] = [];
+  if (kinds.ietf) {
+    headers.push(
+      { key: 'RateLimit-Policy', value: `${name};q=${quota};w=${window}` },
+      {
+        key: 'RateLimit',
+        value: `${name};r=${status.limitRemaining}${resetSeconds === undefined ? '' : `;t=${resetSeconds}`}`,
+      },
+    );
+    if (denied && quotaRetryMs !== undefined) {
+      if (quotaRetryMs === null) neverPasses = true;
+      else retryAfterMs = Math.max(retryAfterMs ?? 0, quotaRetryMs);
+    }
+    if (retryAfterMs !== undefined && !neverPasses) {
+      headers.push({ key: 'Retry-After', value: String(Math.ceil(retryAfterMs / 1000)) });
+    }
   }
   if (reference !== undefined) {
     headers.push(

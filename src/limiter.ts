@@ -32,10 +32,18 @@ export interface LimiterOptions {
   failureMode: FailureMode;
   /** Global SHADOW_MODE: decide as always, but answer OK. */
   shadowMode?: boolean;
+  /**
+   * Global QUOTA_MODE, as the reference's main has it: every descriptor is a quota descriptor, so
+   * a request is OVER_LIMIT only when every one of them is over. A descriptor without a limit (or
+   * a shadow one, which always says OK) is one that is not over.
+   */
+  quotaMode?: boolean;
   /** RESPONSE_DYNAMIC_METADATA: return matched rules' metadata. */
   dynamicMetadata?: boolean;
   /** The reference's RateLimit-Limit/-Remaining/-Reset headers, when wanted. */
   referenceHeaders?: ReferenceHeaderNames;
+  /** RATELIMIT_HEADERS: the IETF RateLimit-Policy, RateLimit and Retry-After; true by default. */
+  ietfHeaders?: boolean;
   /** `near` in outcomes: at or above this share of the limit after the decision. */
   nearLimitRatio?: number;
   /** OVER_LIMIT_CACHE_SIZE: denied counters answered from memory until their reset; 0: off. */
@@ -74,6 +82,10 @@ export function createLimiter(options: LimiterOptions): Limiter {
   const cacheSize = options.overLimitCacheSize ?? 0;
   const cache = cacheSize > 0 ? createOverLimitCache(cacheSize) : undefined;
   const cacheClock = options.cacheClock ?? clock ?? (() => performance.now());
+  const headerKinds = {
+    ietf: options.ietfHeaders ?? true,
+    reference: options.referenceHeaders,
+  };
 
   function currentLimit(limit: Limit): CurrentLimit {
     let current = reported.get(limit);
@@ -102,6 +114,9 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const replaced = replacedNames(descriptors, nodes);
       const counters: CounterCheck[] = [];
       const counted: Counted[] = [];
+      const globalQuota = options.quotaMode === true;
+      /** Under QUOTA_MODE: a descriptor that passes without its counter being judged. */
+      let quotaPasses = false;
       for (let index = 0; index < descriptors.length; index++) {
         const descriptor = descriptors[index] as Descriptor;
         const node = nodes[index];
@@ -116,11 +131,13 @@ export function createLimiter(options: LimiterOptions): Limiter {
         // A replaced limit is neither checked nor consumed.
         if (limit === undefined || (!override && replaced?.has(limit.name))) {
           statuses[index] = NO_LIMIT;
+          quotaPasses ||= globalQuota;
           continue;
         }
-        // A caller's override is always enforced, as in the reference.
+        // A caller's override is always enforced, as in the reference, but for QUOTA_MODE.
         const shadow = !override && node?.shadowMode === true;
-        const quota = !override && !shadow && node?.quotaMode === true;
+        const quota = !shadow && (globalQuota || (!override && node?.quotaMode === true));
+        quotaPasses ||= globalQuota && shadow;
         const cost = costOf(descriptor, check.hitsAddend);
         const key = counterKey(
           keyPrefix,
@@ -143,6 +160,10 @@ export function createLimiter(options: LimiterOptions): Limiter {
           quota,
         });
       }
+      // Every counter is a quota counter, and one descriptor already passes: the request is
+      // allowed, and each counter is consumed when it fits, which the store does for a counter
+      // outside the gate. The descriptors still report their own quota verdicts.
+      if (quotaPasses) for (const counter of counters) counter.shadow = true;
       if (counters.length === 0) {
         const decision = finish(nodes, statuses, 'OK', []);
         observe?.(event(check, decision, {}));
@@ -219,7 +240,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const headers = responseHeaders(
         candidates,
         code === 'OVER_LIMIT',
-        options.referenceHeaders,
+        headerKinds,
         quotaFits ? undefined : quotaRetryMs,
       );
       const decision = finish(nodes, statuses, code, headers);
@@ -257,7 +278,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
     }
     const globalShadow = options.shadowMode === true;
     const code = globalShadow ? 'OK' : 'OVER_LIMIT';
-    const headers = responseHeaders(candidates, !globalShadow, options.referenceHeaders);
+    const headers = responseHeaders(candidates, !globalShadow, headerKinds);
     const decision = finish(nodes, statuses, code, headers);
     observe?.(event(check, decision, { globalShadow, rules, overLimitCache: true }));
     return decision;

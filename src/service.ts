@@ -143,6 +143,8 @@ export function createService(options: ServiceOptions): Service {
     keyPrefix: settings.cacheKeyPrefix,
     failureMode: settings.failureMode,
     shadowMode: settings.shadowMode,
+    quotaMode: settings.quotaMode,
+    ietfHeaders: settings.rateLimitHeaders === 'ietf',
     dynamicMetadata: settings.responseDynamicMetadata,
     referenceHeaders: settings.limitHeaders.enabled ? settings.limitHeaders : undefined,
     nearLimitRatio: settings.metrics.nearLimitRatio,

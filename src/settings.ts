@@ -29,6 +29,10 @@ export interface Settings {
   defaultAlgorithm: Algorithm;
   cacheKeyPrefix: string;
   shadowMode: boolean;
+  /** Global QUOTA_MODE: every descriptor is a quota descriptor. */
+  quotaMode: boolean;
+  /** The IETF RateLimit headers on every response (`ietf`), or none. */
+  rateLimitHeaders: 'ietf' | 'none';
   maxDescriptors: number;
   maxEntries: number;
   maxEntryBytes: number;
@@ -179,6 +183,8 @@ function readAll(env: Env): Settings {
     defaultAlgorithm: oneOf(env, 'DEFAULT_ALGORITHM', ALGORITHMS, 'sliding_window'),
     cacheKeyPrefix: get('CACHE_KEY_PREFIX', ''),
     shadowMode: boolean(env, 'SHADOW_MODE', false),
+    quotaMode: boolean(env, 'QUOTA_MODE', false),
+    rateLimitHeaders: oneOf(env, 'RATELIMIT_HEADERS', ['ietf', 'none'] as const, 'ietf', true),
     maxDescriptors: integer(env, 'MAX_DESCRIPTORS', 64, 1, 100_000),
     maxEntries: integer(env, 'MAX_ENTRIES', 16, 1, 10_000),
     maxEntryBytes: integer(env, 'MAX_ENTRY_BYTES', 1024, 1, 1 << 24),

@@ -57,7 +57,7 @@ const REFERENCE_ONLY: readonly [RegExp, string, ((value: string) => boolean)?][]
     'metrics are on GET /metrics of the HTTP port (PORT)',
   ],
   [/^(DEBUG_HOST|DEBUG_PORT)$/, 'there is no debug port'],
-  [/^(STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT|QUOTA_MODE)$/, 'not supported yet'],
+  [/^STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT$/, 'not supported yet'],
   [
     /^(RUNTIME_WATCH_ROOT|RUNTIME_IGNOREDOTFILES)$/,
     'the rules directory is watched as a whole, and dotfiles are skipped',

@@ -177,3 +177,29 @@ describe('global SHADOW_MODE', () => {
     expect((await hit(d('fixed', 's'))).statuses![0]!.limit_remaining).toBe(9);
   });
 });
+
+describe('RATELIMIT_HEADERS', () => {
+  it('none: no IETF header, and no Retry-After, even when denied', async () => {
+    tollgate = await startTollgate({ rules: RULES, env: { RATELIMIT_HEADERS: 'NONE' } });
+    const t = tollgate;
+    for (let i = 0; i < 2; i++) {
+      expect(headers(await t.check({ domain: 'h', descriptors: [d('tight', 'x')] }))).toEqual({});
+    }
+    const denied = await t.check({ domain: 'h', descriptors: [d('tight', 'x')] });
+    expect(codes(denied)).toEqual(['OVER_LIMIT', 'OVER_LIMIT']);
+    expect(headers(denied)).toEqual({});
+  });
+
+  it("none, with the reference's headers: those alone", async () => {
+    tollgate = await startTollgate({
+      rules: RULES,
+      env: { RATELIMIT_HEADERS: 'none', LIMIT_RESPONSE_HEADERS_ENABLED: 'true' },
+    });
+    const response = await tollgate.check({ domain: 'h', descriptors: [d('fixed', 'x')] });
+    expect(headers(response)).toEqual({
+      'RateLimit-Limit': '10',
+      'RateLimit-Remaining': '9',
+      'RateLimit-Reset': '60',
+    });
+  });
+});

@@ -33,6 +33,8 @@ describe('readSettings defaults', () => {
       defaultAlgorithm: 'sliding_window',
       cacheKeyPrefix: '',
       shadowMode: false,
+      quotaMode: false,
+      rateLimitHeaders: 'ietf',
       maxDescriptors: 64,
       maxEntries: 16,
       maxEntryBytes: 1024,
