@@ -139,6 +139,8 @@ describe('POST /json', () => {
           { key: 'RateLimit-Policy', value: '"per-tenant";q=3;w=60' },
           { key: 'RateLimit', value: '"per-tenant";r=2;t=2' },
         ],
+        // RESPONSE_DYNAMIC_METADATA is on here: every answer says what was asked.
+        dynamicMetadata: { domain: 'api', descriptors: [{ entries: ['tenant=http-a'] }] },
       },
     });
     await post(request);
@@ -155,12 +157,19 @@ describe('POST /json', () => {
     ]);
   });
 
-  it("carries the matched rules' metadata as a plain JSON object", async () => {
+  it('carries the dynamic metadata as a plain JSON object', async () => {
     const { body } = await post({
       domain: 'api',
       descriptors: [{ entries: [{ key: 'team', value: 'a' }] }],
     });
-    expect(body).toMatchObject({ overallCode: 'OK', dynamicMetadata: { team: 'orders', tier: 2 } });
+    expect(body).toMatchObject({
+      overallCode: 'OK',
+      dynamicMetadata: {
+        domain: 'api',
+        descriptors: [{ entries: ['team=a'] }],
+        metadata: { team: 'orders', tier: 2 },
+      },
+    });
   });
 
   it('accepts the original snake_case field names and numbers as strings', async () => {

@@ -172,16 +172,59 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 10}
 `;
 
-  it('returns matched rules metadata in dynamic_metadata with RESPONSE_DYNAMIC_METADATA', async () => {
+  it("returns the reference's dynamic metadata with RESPONSE_DYNAMIC_METADATA", async () => {
     tollgate = await startTollgate({ rules: RULES, env: { RESPONSE_DYNAMIC_METADATA: 'true' } });
-    const response = await tollgate.check({ domain: 'keys', descriptors: [d('plan', 'gold')] });
-    expect((response as { dynamic_metadata?: unknown }).dynamic_metadata).toMatchObject({
-      fields: { tier: { stringValue: 'gold' }, weight: { numberValue: 3 } },
+    const response = await tollgate.check({
+      domain: 'keys',
+      hits_addend: 2,
+      descriptors: [
+        d('plan', 'gold'),
+        { ...d('client', 'c9'), limit: { requests_per_unit: 42, unit: 'HOUR' } },
+        { ...d('plan', 'silver'), hits_addend: { value: '0' } },
+      ],
+    });
+    const struct = (response as { dynamic_metadata?: unknown }).dynamic_metadata;
+    expect(fromStruct(struct)).toEqual({
+      domain: 'keys',
+      descriptors: [
+        { entries: ['plan=gold'] },
+        { entries: ['client=c9'], limit: 'requests_per_unit:42 unit:HOUR' },
+        { entries: ['plan=silver'], hitsAddend: 0 },
+      ],
+      hitsAddend: 2,
+      // Only from rules that passed with their own limit: gold's.
+      metadata: { tier: 'gold', weight: 3 },
     });
     await tollgate.stop();
     tollgate = await startTollgate({ rules: RULES });
     const plain = await tollgate.check({ domain: 'keys', descriptors: [d('plan', 'gold')] });
     expect((plain as { dynamic_metadata?: unknown }).dynamic_metadata).toBeUndefined();
+  });
+
+  it('merges the metadata of the passing rules deeply, the first value winning, and leaves out a denied one', async () => {
+    tollgate = await startTollgate({
+      rules: `
+domain: meta
+descriptors:
+  - key: a
+    metadata: {team: first, limits: {soft: 1, owner: a}}
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: b
+    metadata: {team: second, limits: {soft: 2, hard: 9}, extra: true}
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: c
+    metadata: {denied: yes}
+    rate_limit: {unit: hour, requests_per_unit: 0}
+`,
+      env: { RESPONSE_DYNAMIC_METADATA: 'true' },
+    });
+    const response = await tollgate.check({
+      domain: 'meta',
+      descriptors: [d('a', '1'), d('b', '1'), d('c', '1')],
+    });
+    expect(
+      fromStruct((response as { dynamic_metadata?: unknown }).dynamic_metadata).metadata,
+    ).toEqual({ team: 'first', limits: { soft: 1, owner: 'a', hard: 9 }, extra: true });
   });
 
   it('labels detailed_metric series with the request value', async () => {
@@ -199,3 +242,27 @@ descriptors:
     }
   });
 });
+
+/** A google.protobuf.Struct, as grpc-js decodes it, back into plain JSON. */
+function fromStruct(struct: unknown): Record<string, unknown> {
+  type Value = {
+    stringValue?: string;
+    numberValue?: number;
+    boolValue?: boolean;
+    structValue?: unknown;
+    listValue?: { values?: Value[] };
+    kind?: string;
+  };
+  const value = (v: Value): unknown =>
+    v.structValue !== undefined && v.structValue !== null
+      ? fromStruct(v.structValue)
+      : v.listValue
+        ? (v.listValue.values ?? []).map(value)
+        : v.kind === 'numberValue' || v.numberValue !== undefined
+          ? v.numberValue
+          : v.kind === 'boolValue' || v.boolValue !== undefined
+            ? v.boolValue
+            : v.stringValue;
+  const fields = (struct as { fields?: Record<string, Value> } | undefined)?.fields ?? {};
+  return Object.fromEntries(Object.entries(fields).map(([key, v]) => [key, value(v)]));
+}
