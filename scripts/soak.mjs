@@ -10,7 +10,7 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
-import { createServer } from 'node:net';
+import { freePort } from './freePort.mjs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -68,17 +68,6 @@ const { createRateLimitClient } = await import(
   pathToFileURL(join(root, 'dist/grpc/protos.js')).href
 );
 const { Redis } = await import('ioredis');
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 function httpGet(url, timeoutMs = 2_000) {
   return new Promise((resolve, reject) => {

@@ -13,28 +13,18 @@ import { Buffer } from 'node:buffer';
 import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import http2 from 'node:http2';
-import { connect, createServer } from 'node:net';
+import { connect } from 'node:net';
 import { dirname, join } from 'node:path';
 import { clearInterval, setInterval } from 'node:timers';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { freePort } from './freePort.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 execFileSync(process.execPath, [join(root, 'scripts/build-if-needed.mjs')], {
   cwd: root,
   stdio: 'inherit',
 });
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 const grpcPort = await freePort();
 const httpPort = await freePort();

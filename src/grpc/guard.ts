@@ -46,8 +46,6 @@ export type GuardBound =
   'connections' | 'calls' | 'receiving_bytes' | 'call_timeout' | 'connection_age';
 
 export interface Guard {
-  /** Calls open now, and bytes of their requests still arriving. */
-  stats(): { connections: number; calls: number; receivingBytes: number };
   /** Stops the sweep. */
   close(): void;
 }
@@ -162,10 +160,7 @@ export function guardServer(server: grpc.Server, options: GuardOptions): Guard {
   const timer = setInterval(sweep, interval);
   timer.unref();
 
-  return {
-    stats: () => ({ connections: connections.size, calls: calls.size, receivingBytes }),
-    close: () => clearInterval(timer),
-  };
+  return { close: () => clearInterval(timer) };
 }
 
 /**

@@ -15,18 +15,15 @@ import { StoreError } from '../errors.js';
  * | `unavailable` | Redis answered, but cannot serve now: loading, busy, read-only, cluster down |
  * | `script` | any other error reply, e.g. an unexpected reply from the script |
  */
-export const STORE_ERROR_KINDS = [
-  'timeout',
-  'connection',
-  'out_of_memory',
-  'wrong_type',
-  'permission',
-  'auth',
-  'unavailable',
-  'script',
-] as const;
-
-export type StoreErrorKind = (typeof STORE_ERROR_KINDS)[number];
+export type StoreErrorKind =
+  | 'timeout'
+  | 'connection'
+  | 'out_of_memory'
+  | 'wrong_type'
+  | 'permission'
+  | 'auth'
+  | 'unavailable'
+  | 'script';
 
 /** Error replies by their leading code; inside a script Redis keeps the code of the command. */
 const REPLY_KINDS: readonly [RegExp, StoreErrorKind][] = [

@@ -103,19 +103,20 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
   const script = (redis as unknown as { tollgateDecide: DecideCommand }).tollgateDecide.bind(redis);
   const timeoutMs = settings.timeoutMs;
   const silentMs = Math.max(1_000, 4 * timeoutMs);
-  const silence = createSilenceWatch(silentMs, (waiting) => {
-    options.onSilentConnection?.(silentMs, waiting);
-    // Destroyed, not ended: ending would wait for the silent server to close its side. ioredis
-    // then fails the waiting calls and reconnects, as after any lost connection.
-    redis.stream?.destroy();
-  });
+  const silence = createSilenceWatch(
+    silentMs,
+    (waiting) => {
+      options.onSilentConnection?.(silentMs, waiting);
+      // Destroyed, not ended: ending would wait for the silent server to close its side. ioredis
+      // then fails the waiting calls and reconnects, as after any lost connection.
+      redis.stream?.destroy();
+    },
+    // Connected and answered: an earlier connection error no longer explains anything.
+    () => (connectionError = undefined),
+  );
   /** Every call: bounded by REDIS_TIMEOUT, and watched for a silent connection. */
   const bounded = <T>(call: Promise<T>) =>
-    withDeadline(silence.track(call), timeoutMs, silence.timedOut).then((value) => {
-      // Connected and answered: an earlier connection error no longer explains anything.
-      connectionError = undefined;
-      return value;
-    });
+    withDeadline(silence.track(call), timeoutMs, silence.timedOut);
   const decide = (...args: ScriptArgs) => bounded(script(...args));
   const skewToleranceMs = options.clockSkewToleranceMs ?? 0;
 

@@ -19,6 +19,8 @@ export interface SilenceWatch {
 export function createSilenceWatch(
   silenceMs: number,
   reconnect: (waiting: number) => void,
+  /** Told of each call that Redis answered with a reply rather than an error. */
+  onAnswer?: () => void,
   now: () => number = () => performance.now(),
 ): SilenceWatch {
   let waiting = 0;
@@ -27,10 +29,14 @@ export function createSilenceWatch(
     waiting -= 1;
     heard = now();
   };
+  const answered = () => {
+    settled();
+    onAnswer?.();
+  };
   return {
     track(call) {
       waiting += 1;
-      call.then(settled, settled);
+      call.then(answered, settled);
       return call;
     },
     timedOut() {

@@ -1,11 +1,10 @@
-import { readFileSync } from 'node:fs';
 import http2 from 'node:http2';
 import { connect as connectTcp } from 'node:net';
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import { afterAll, describe, expect, it } from 'vitest';
 import { counterByLabel } from '../support/metrics.js';
-import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
+import { rssMb, spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { callCheck, d, eventually, startTollgate } from '../support/tollgate.js';
 
 // What one hostile gRPC client can hold in the service is bounded: connections, calls, bytes of
@@ -65,9 +64,6 @@ function halfOpen(session: http2.ClientHttp2Session): Promise<{ code: number; at
 
 const bounds = (t: TollgateProcess) =>
   counterByLabel(t.httpUrl, 'tollgate_bounds_reached_total', 'bound');
-
-const rssMb = (pid: number) =>
-  Number(/^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024;
 
 const tally = (codes: number[]) =>
   codes.reduce<Record<number, number>>(

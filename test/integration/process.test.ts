@@ -1,9 +1,12 @@
-import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { createServer, connect, type Server } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../support/ports.js';
-import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
+import {
+  runToExit as runProcessToExit,
+  spawnTollgate,
+  type TollgateProcess,
+} from '../support/processes.js';
 import { startRedis, type TestRedis } from '../support/redis.js';
 import { callCheck, d, eventually, writeRules } from '../support/tollgate.js';
 
@@ -38,27 +41,7 @@ async function spawnKept(env: Record<string, string>, rules = RULES(1000)) {
   return tollgate;
 }
 
-/** Runs dist/main.js to its exit; resolves with its exit code and output. */
-async function runToExit(env: Record<string, string>) {
-  const child = spawn(process.execPath, ['dist/main.js'], {
-    env: {
-      ...process.env,
-      CONFIG_PATH: writeRules(RULES(10)),
-      GRPC_HOST: '127.0.0.1',
-      HOST: '127.0.0.1',
-      GRPC_PORT: String(await freePort()),
-      PORT: String(await freePort()),
-      ...env,
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-  const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
-  return { code, stdout, stderr };
-}
+const runToExit = (env: Record<string, string>) => runProcessToExit(RULES(10), env);
 
 async function squat(): Promise<{ port: number; server: Server }> {
   const port = await freePort();

@@ -1,17 +1,10 @@
 import { execFileSync } from 'node:child_process';
-import {
-  mkdtempSync,
-  readFileSync,
-  renameSync,
-  symlinkSync,
-  truncateSync,
-  writeFileSync,
-} from 'node:fs';
+import { mkdtempSync, renameSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { counterByLabel } from '../support/metrics.js';
-import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
+import { rssMb, runToExit, spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { callCheck, d, eventually } from '../support/tollgate.js';
 
 // Rules files that an unlucky or hostile operator drops into a running tollgate's rules
@@ -62,10 +55,6 @@ function probeCalls(tollgate: TollgateProcess): Probe {
     },
   };
 }
-
-const rssMb = (t: TollgateProcess) =>
-  Number(/^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${t.child.pid}/status`, 'utf8'))?.[1]) /
-  1024;
 
 async function limitNow(t: TollgateProcess): Promise<number | undefined> {
   const response = await callCheck(t.client, { domain: 'api', descriptors: [d('tenant', 'x')] });
@@ -126,14 +115,14 @@ function largest(): string {
 describe('a reload that would expand too far', () => {
   it('refuses 1,000 aliases of a 1,000-rule list (112 KB, a million rules), and keeps serving', async () => {
     const { tollgate, dir } = await start();
-    const before = rssMb(tollgate);
+    const before = rssMb(tollgate.child.pid as number);
     const failed = await loadErrors(tollgate);
     const probe = probeCalls(tollgate);
     const file = fanOut(1_000, 1_000);
     replace(join(dir, 'fan.yaml'), file);
     await eventually(async () => (await loadErrors(tollgate)) > failed, 20_000);
     const calls = await probe.stop();
-    const grown = rssMb(tollgate) - before;
+    const grown = rssMb(tollgate.child.pid as number) - before;
     const logged = tollgate
       .stdout()
       .split('\n')
@@ -185,21 +174,9 @@ describe('an anchor that refers to itself', () => {
   it('stops start-up with a message naming the file, and no stack', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'tollgate-self-'));
     writeFileSync(join(dir, 'self.yaml'), SELF);
-    let output = '';
-    let code = 0;
-    try {
-      execFileSync(process.execPath, ['dist/main.js'], {
-        env: { ...process.env, CONFIG_PATH: dir, GRPC_PORT: '0', PORT: '0' },
-        stdio: ['ignore', 'pipe', 'pipe'],
-        timeout: 20_000,
-      });
-    } catch (error) {
-      const failed = error as { status: number; stderr: Buffer };
-      code = failed.status;
-      output = failed.stderr.toString();
-    }
+    const { code, stderr } = await runToExit('unused: true', { CONFIG_PATH: dir });
     expect(code).toBe(1);
-    expect(output.trim()).toBe(
+    expect(stderr.trim()).toBe(
       'tollgate: self.yaml: alias *a is inside the node it names, which never ends',
     );
   });
@@ -234,7 +211,7 @@ describe('files that are not files', () => {
     'as %s: refused once, never read, and calls go on',
     async (_, make, message) => {
       const { tollgate, dir } = await start();
-      const before = rssMb(tollgate);
+      const before = rssMb(tollgate.child.pid as number);
       const failed = await loadErrors(tollgate);
       const probe = probeCalls(tollgate);
       make(join(dir, 'odd.yaml'));
@@ -245,13 +222,13 @@ describe('files that are not files', () => {
       const errors = (await loadErrors(tollgate)) - failed;
       console.log(
         `[loading] ${_}: ${errors} refusal; slowest of ${calls.calls} calls ${calls.slowestMs.toFixed(0)} ms; ` +
-          `RSS +${(rssMb(tollgate) - before).toFixed(0)} MB`,
+          `RSS +${(rssMb(tollgate.child.pid as number) - before).toFixed(0)} MB`,
       );
       expect(tollgate.stdout()).toContain(`odd.yaml: ${message}`);
       expect(errors).toBe(1);
       expect(calls.failed).toBe(0);
       expect(calls.slowestMs).toBeLessThan(500);
-      expect(rssMb(tollgate) - before).toBeLessThan(100);
+      expect(rssMb(tollgate.child.pid as number) - before).toBeLessThan(100);
       expect(await limitNow(tollgate)).toBe(100);
     },
     30_000,

@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { createServer, type Server } from 'node:net';
@@ -6,7 +5,11 @@ import * as grpc from '@grpc/grpc-js';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRateLimitClient, type RateLimitClient } from '../../src/grpc/protos.js';
-import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
+import {
+  runToExit as runProcessToExit,
+  spawnTollgate,
+  type TollgateProcess,
+} from '../support/processes.js';
 import { freePort } from '../support/ports.js';
 import { startRedis, type TestRedis } from '../support/redis.js';
 import { callCheck, d, eventually, writeRules } from '../support/tollgate.js';
@@ -356,32 +359,8 @@ describe('a worker killed with SIGKILL', () => {
 });
 
 describe('a start-up error with WORKERS=2', () => {
-  /** Runs the entry point to its exit, without waiting for it to serve. */
-  async function runToExit(env: Record<string, string>) {
-    const child = spawn(process.execPath, ['dist/main.js'], {
-      env: {
-        ...process.env,
-        CONFIG_PATH: writeRules(RULES),
-        GRPC_HOST: '127.0.0.1',
-        GRPC_PORT: String(await freePort()),
-        HOST: '127.0.0.1',
-        PORT: String(await freePort()),
-        WORKERS: '2',
-        REDIS_URL: redis.url,
-        LOG_LEVEL: 'info',
-        ...env,
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    const hung = setTimeout(() => child.kill('SIGKILL'), 30_000);
-    const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
-    clearTimeout(hung);
-    return { code, stdout, stderr };
-  }
+  const runToExit = (env: Record<string, string>) =>
+    runProcessToExit(RULES, { WORKERS: '2', REDIS_URL: redis.url, LOG_LEVEL: 'info', ...env });
 
   it('is a bad setting, reported once by the primary', async () => {
     const { code, stdout, stderr } = await runToExit({ REDIS_URL: '' });

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createRateLimitClient, type RateLimitClient } from '../../src/grpc/protos.js';
 import { freePort } from './ports.js';
 import { eventually, healthStatus, writeRules } from './tollgate.js';
@@ -85,4 +86,40 @@ export async function spawnTollgate(
         child.kill('SIGTERM');
       }),
   };
+}
+
+/**
+ * Runs tollgate (`node dist/main.js`) on these rules to its exit, on free ports of 127.0.0.1,
+ * without waiting for it to serve: for start-ups that must fail. Killed past 30 s.
+ */
+export async function runToExit(
+  rules: string,
+  env: Record<string, string>,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, ['dist/main.js'], {
+    env: {
+      ...process.env,
+      CONFIG_PATH: writeRules(rules),
+      GRPC_HOST: '127.0.0.1',
+      GRPC_PORT: String(await freePort()),
+      HOST: '127.0.0.1',
+      PORT: String(await freePort()),
+      ...env,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const hung = setTimeout(() => child.kill('SIGKILL'), 30_000);
+  const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
+  clearTimeout(hung);
+  return { code, stdout, stderr };
+}
+
+/** A process's resident memory now, in MB, from /proc. */
+export function rssMb(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  return Number(/^VmRSS:\s+(\d+) kB/m.exec(status)?.[1]) / 1024;
 }

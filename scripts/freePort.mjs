@@ -1,0 +1,13 @@
+// A free TCP port on 127.0.0.1, for the scripts that start their own servers.
+import { createServer } from 'node:net';
+
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
