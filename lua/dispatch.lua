@@ -16,10 +16,27 @@ ARGV[3 + 6(i-1) ..]  per key i: algorithm (1 fixed_window, 2 sliding_window, 3 t
                        of its counters: a quota counter does not gate here (the caller combines
                        the quota verdicts of every call), and the reply says what the counter
                        would report had it not been consumed, for when the caller refunds it
+          16 reference counted as envoyproxy/ratelimit counts (COMPAT_MODE=reference; fixed
+                       windows only): see "The reference's counting" below
+          32 stop      with reference: STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
+          64 held      with reference and stop: another counter of the request is remembered over
+                       by the service, so this one is read and not incremented
+         128 cached    with reference: the service remembers this counter over; it is neither read
+                       for the gate's sake nor incremented, and it denies (unless shadow or quota)
 
 The call is allowed when every enforced counter (neither shadow nor quota) fits, and, if there
 are quota counters that gate here, at least one of them fits. Then the enforced counters and the
 quota counters that fit are consumed; otherwise none of them is.
+
+The reference's counting: a reference counter is incremented by its cost whether or not the
+request is allowed, so its count may pass the limit, and it fits when its count after the increment
+is at most the limit (a cost of 0 reads: it fits when the count is at most the limit). With stop,
+the counters whose count before the call plus their cost would pass the limit are "near"; when
+any is, only the near ones are incremented, and with held none is. Reference counters are settled
+first, in order, so that two descriptors on one key count one after the other, as the reference's
+pipelined INCRBYs do. Their verdicts gate the other counters like any counter's; they are never
+refunded. Their reply's remaining is the count after the call, which the caller turns into the
+reference's remaining and statistics.
 
 Reply, integers: { allowed, fits_1, remaining_1, reset_ms_1, [kept_1, kept_reset_ms_1,]
                    fits_2, ..., now }
@@ -72,14 +89,54 @@ if ARGV[1] == 'refund' then
 end
 
 local SHADOW, QUOTA, OVERDRAW, PART = 1, 2, 4, 8
+local REFERENCE, STOP, HELD, CACHED = 16, 32, 64, 128
 local function has(flags, flag)
   return flags % (2 * flag) >= flag
+end
+
+-- Settles the request's reference counters in order (see "The reference's counting"), after every
+-- counter was loaded into states. Returns each one's verdict and count, by index.
+local function count_as_reference(k, a, n, states, slack)
+  local near, near_any = {}, false
+  for i = 1, n do
+    local b = a + 6 * (i - 1)
+    local flags = tonumber(ARGV[b + 5])
+    if has(flags, REFERENCE) and has(flags, STOP) and not has(flags, CACHED) then
+      near[i] = states[i].c + tonumber(ARGV[b + 4]) > tonumber(ARGV[b + 2])
+      if near[i] then near_any = true end
+    end
+  end
+  local live, verdicts, counts = {}, {}, {}
+  for i = 1, n do
+    local b = a + 6 * (i - 1)
+    local flags = tonumber(ARGV[b + 5])
+    if has(flags, REFERENCE) then
+      local key, limit, cost = KEYS[k + i], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 4])
+      -- Two counters of one key are one count: the later one sees the earlier one's increment.
+      local s = live[key] or states[i]
+      live[key] = s
+      if has(flags, CACHED) then
+        verdicts[i], counts[i] = false, s.c
+      else
+        local add = cost
+        if has(flags, STOP) and (has(flags, HELD) or (near_any and not near[i])) then add = 0 end
+        if add > 0 then
+          s.c = s.c + add
+          must('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c))
+          must('PEXPIRE', key, s.window - s.e + slack)
+        end
+        verdicts[i], counts[i] = s.c <= limit, s.c
+      end
+    end
+  end
+  return verdicts, counts
 end
 
 -- Decides one request: its n counters are KEYS[k + 1 .. k + n], and their arguments start at
 -- ARGV[a], 6 per counter. Returns the reply described above.
 local function decide(k, a, n, now, slack)
   local states, verdicts, enforced, quotas, quota_fits = {}, {}, true, 0, false
+  local references = false
   for i = 1, n do
     local b = a + 6 * (i - 1)
     local algorithm = ALGORITHMS[tonumber(ARGV[b])]
@@ -88,8 +145,21 @@ local function decide(k, a, n, now, slack)
     local state, err = algorithm.load(KEYS[k + i], now, window)
     -- Nothing of the request is written yet: it fails alone, untouched.
     if not state then return err end
-    local fits = algorithm.fits(state, limit, burst, math.max(cost, 1))
-    states[i], verdicts[i] = state, fits
+    states[i] = state
+    if has(flags, REFERENCE) then
+      references = true
+    else
+      verdicts[i] = algorithm.fits(state, limit, burst, math.max(cost, 1))
+    end
+  end
+  local counts = {}
+  if references then
+    local reference_verdicts
+    reference_verdicts, counts = count_as_reference(k, a, n, states, slack)
+    for i, fits in pairs(reference_verdicts) do verdicts[i] = fits end
+  end
+  for i = 1, n do
+    local flags, fits = tonumber(ARGV[a + 6 * (i - 1) + 5]), verdicts[i]
     if has(flags, SHADOW) then
       -- outside the gate
     elseif has(flags, QUOTA) then
@@ -108,25 +178,33 @@ local function decide(k, a, n, now, slack)
     local b = a + 6 * (i - 1)
     local algorithm = ALGORITHMS[tonumber(ARGV[b])]
     local flags, fits = tonumber(ARGV[b + 5]), verdicts[i]
-    local commit = allowed
-    if has(flags, SHADOW) then
-      commit = fits and true or false
-    elseif has(flags, QUOTA) then
-      commit = allowed and fits and true or false
+    local part = has(flags, PART)
+    local remaining, reset, kept, kept_reset
+    if has(flags, REFERENCE) then
+      -- Counted already, and never refunded: its count, and the rest of its window.
+      local s = states[i]
+      remaining, reset = counts[i], s.window - s.e
+      kept, kept_reset = remaining, reset
+    else
+      local commit = allowed
+      if has(flags, SHADOW) then
+        commit = fits and true or false
+      elseif has(flags, QUOTA) then
+        commit = allowed and fits and true or false
+      end
+      if has(flags, OVERDRAW) then commit = true end
+      local limit, burst, cost = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+      local key = KEYS[k + i]
+      -- Settling without committing writes nothing: it is what a denied request reports.
+      if part then
+        kept, kept_reset = algorithm.settle(key, states[i], limit, burst, cost, fits, false, slack)
+      end
+      remaining, reset = algorithm.settle(key, states[i], limit, burst, cost, fits, commit, slack)
     end
-    if has(flags, OVERDRAW) then commit = true end
-    local limit, burst, cost = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
-    local key, kept, kept_reset = KEYS[k + i], nil, nil
-    -- Settling without committing writes nothing: it is what a denied request reports.
-    if has(flags, PART) then
-      kept, kept_reset = algorithm.settle(key, states[i], limit, burst, cost, fits, false, slack)
-    end
-    local remaining, reset = algorithm.settle(key, states[i], limit, burst, cost, fits, commit,
-      slack)
-    reply[#reply + 1] = verdicts[i] and 1 or 0
+    reply[#reply + 1] = fits and 1 or 0
     reply[#reply + 1] = remaining
     reply[#reply + 1] = reset
-    if kept then
+    if part then
       reply[#reply + 1] = kept
       reply[#reply + 1] = kept_reset
     end

@@ -115,3 +115,38 @@ function policyName(name: string): string {
   }
   return safe;
 }
+
+/**
+ * COMPAT_MODE=reference: the reference's RateLimit-Limit/-Remaining/-Reset, for the descriptor it
+ * picks. In request order, a descriptor with a limit (shadow, quota and overrides included) is
+ * picked when its remaining is below every earlier one's; an enforced descriptor that is over is
+ * picked whatever its remaining, so the last of them wins.
+ */
+export function referenceHeaders(
+  statuses: readonly DescriptorStatus[],
+  enforced: (index: number) => boolean,
+  names: ReferenceHeaderNames,
+  windowMsOf: (index: number) => number,
+): Header[] {
+  let picked = -1;
+  let least = 4_294_967_295;
+  statuses.forEach((status, i) => {
+    if (status.currentLimit === undefined) return;
+    if (status.limitRemaining < least) {
+      picked = i;
+      least = status.limitRemaining;
+    }
+    if (status.code === 'OVER_LIMIT' && enforced(i)) {
+      picked = i;
+      least = 0;
+    }
+  });
+  const status = statuses[picked];
+  if (status?.currentLimit === undefined) return [];
+  const resetMs = status.durationUntilResetMs ?? windowMsOf(picked);
+  return [
+    { key: names.limit, value: String(status.currentLimit.requestsPerUnit) },
+    { key: names.remaining, value: String(status.limitRemaining) },
+    { key: names.reset, value: String(Math.ceil(resetMs / 1000)) },
+  ];
+}

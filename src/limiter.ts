@@ -1,10 +1,21 @@
 import type { Check, CurrentLimit, Decision, Descriptor, DescriptorStatus } from './check.js';
 import { StoreError } from './errors.js';
-import { responseHeaders, type HeaderCandidate, type ReferenceHeaderNames } from './headers.js';
+import {
+  referenceHeaders,
+  responseHeaders,
+  type HeaderCandidate,
+  type ReferenceHeaderNames,
+} from './headers.js';
 import { costOf, describeLimit, overrideLimit } from './limits.js';
 import { counterEntries, counterKey } from './keys.js';
 import type { CheckObserver, RuleOutcome } from './outcome.js';
-import { createOverLimitCache, type OverLimitCache } from './overLimitCache.js';
+import {
+  createKeyCache,
+  createOverLimitCache,
+  type KeyCache,
+  type OverLimitCache,
+} from './overLimitCache.js';
+import { referenceCounts } from './referenceCounts.js';
 import { matchRule } from './rules/match.js';
 import { entriesMetricKey, metricKeyOf } from './rules/metricKey.js';
 import type { Algorithm, JsonValue, Limit, RuleNode, RuleSet } from './rules/types.js';
@@ -46,6 +57,13 @@ export interface LimiterOptions {
   ietfHeaders?: boolean;
   /** `near` in outcomes: at or above this share of the limit after the decision. */
   nearLimitRatio?: number;
+  /**
+   * COMPAT_MODE=reference: fixed windows are counted as envoyproxy/ratelimit counts them (see
+   * ReferenceCounting), with `stop` for its STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT. The over-limit
+   * cache then works as the reference's local cache: a counter remembered over is answered from
+   * memory and not incremented, whatever the others of the request do.
+   */
+  referenceCounting?: { stop: boolean };
   /** OVER_LIMIT_CACHE_SIZE: denied counters answered from memory until their reset; 0: off. */
   overLimitCacheSize?: number;
   /**
@@ -80,11 +98,17 @@ export function createLimiter(options: LimiterOptions): Limiter {
   const reported = new WeakMap<Limit, CurrentLimit>();
   const nearRatio = options.nearLimitRatio ?? 0.8;
   const cacheSize = options.overLimitCacheSize ?? 0;
-  const cache = cacheSize > 0 ? createOverLimitCache(cacheSize) : undefined;
+  const referenceCounting = options.referenceCounting;
+  const cache =
+    cacheSize > 0 && referenceCounting === undefined ? createOverLimitCache(cacheSize) : undefined;
+  const keyCache =
+    cacheSize > 0 && referenceCounting !== undefined ? createKeyCache(cacheSize) : undefined;
   const cacheClock = options.cacheClock ?? clock ?? (() => performance.now());
+  // Under COMPAT_MODE=reference, the reference's own headers pick their descriptor its way.
+  const pickedReferenceHeaders = referenceCounting ? options.referenceHeaders : undefined;
   const headerKinds = {
     ietf: options.ietfHeaders ?? true,
-    reference: options.referenceHeaders,
+    reference: referenceCounting ? undefined : options.referenceHeaders,
   };
 
   function currentLimit(limit: Limit): CurrentLimit {
@@ -102,6 +126,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const statuses = new Array<DescriptorStatus>(descriptors.length);
       const ruleSet = options.rules();
       cache?.sync(ruleSet);
+      keyCache?.sync(ruleSet);
       const domain = ruleSet.domains.get(check.domain);
       if (domain === undefined) {
         statuses.fill(NO_LIMIT);
@@ -152,7 +177,13 @@ export function createLimiter(options: LimiterOptions): Limiter {
           limit.algorithm,
           limit.windowMs,
         );
-        const slot = addCounter(counters, key, limit, cost, shadow, quota);
+        const slot =
+          referenceCounting !== undefined && limit.algorithm === 'fixed_window'
+            ? counters.push({
+                ...newCounter(key, limit, cost, shadow, quota),
+                reference: { stop: referenceCounting.stop, held: false, cached: false },
+              }) - 1
+            : addCounter(counters, key, limit, cost, shadow, quota);
         counted.push({
           index,
           limit,
@@ -174,11 +205,25 @@ export function createLimiter(options: LimiterOptions): Limiter {
       }
 
       // Read before the store call: the reset it returns runs from a later moment.
-      const cacheNow = cache === undefined ? 0 : cacheClock();
+      const cacheNow = cache === undefined && keyCache === undefined ? 0 : cacheClock();
       if (cache !== undefined && cache.size > 0) {
         const deadlines = cachedDenial(cache, counters, cacheNow);
         if (deadlines !== undefined)
-          return answerFromCache(check, nodes, statuses, counted, deadlines, cacheNow);
+          return answerFromCache(check, nodes, statuses, counted, counters, deadlines, cacheNow);
+      }
+      // The reference's local cache: each remembered counter is answered from memory; the store
+      // is called only when some counter is not remembered.
+      const remembered = keyCache?.size ? rememberedOver(keyCache, counters, cacheNow) : undefined;
+      if (remembered !== undefined && remembered.every((deadline) => deadline !== undefined)) {
+        return answerFromCache(
+          check,
+          nodes,
+          statuses,
+          counted,
+          counters,
+          remembered as number[],
+          cacheNow,
+        );
       }
 
       let outcome: StoreDecision;
@@ -204,6 +249,15 @@ export function createLimiter(options: LimiterOptions): Limiter {
             cache.learn(ruleSet, counters[slot] as CounterCheck, result, cacheNow);
         }
       }
+      if (keyCache !== undefined) {
+        for (let slot = 0; slot < counters.length; slot++) {
+          const counter = counters[slot] as CounterCheck;
+          const result = outcome.results[slot];
+          // As the reference: any counter found over, shadow and quota ones included.
+          if (counter.reference && !counter.reference.cached && result && !result.fits)
+            keyCache.remember(counter.key, cacheNow + result.resetMs);
+        }
+      }
 
       const candidates: HeaderCandidate[] = [];
       // undefined: no quota descriptor is over, or one fits; null: all are over, and never free.
@@ -214,13 +268,23 @@ export function createLimiter(options: LimiterOptions): Limiter {
         const result = outcome.results[slot];
         if (result === undefined) throw new Error('store returned fewer results than counters');
         const over = !result.fits;
+        const reference = (counters[slot] as CounterCheck).reference;
+        // A reference counter's result carries its count; one remembered over has 0 left.
+        let remaining = result.remaining;
+        let resetMs = result.resetMs;
+        if (reference?.cached) {
+          remaining = 0;
+          resetMs = Math.ceil((remembered?.[slot] as number) - cacheNow);
+        } else if (reference) {
+          remaining = Math.max(0, limit.requestsPerUnit - result.remaining);
+        }
         const status: DescriptorStatus = {
           // A shadow rule always reports OK; a quota descriptor says whether its own quota is over.
           code: shadow || !over ? 'OK' : 'OVER_LIMIT',
           currentLimit: currentLimit(limit),
-          limitRemaining: result.remaining,
+          limitRemaining: remaining,
         };
-        if (result.resetMs !== NEVER) status.durationUntilResetMs = result.resetMs;
+        if (resetMs !== NEVER) status.durationUntilResetMs = resetMs;
         statuses[index] = status;
         // The headers describe enforced limits only.
         if (!shadow && !quota) candidates.push({ limit, status });
@@ -233,7 +297,17 @@ export function createLimiter(options: LimiterOptions): Limiter {
         if (observe) {
           const capacity = limit.algorithm === 'token_bucket' ? limit.burst : limit.requestsPerUnit;
           const near = !over && result.remaining <= capacity * (1 - nearRatio);
-          rules.push(ruleOutcome(check, index, node, cost, over, near, over && shadow));
+          const outcome = ruleOutcome(check, index, node, cost, over, near, over && shadow);
+          if (reference) {
+            outcome.counts = referenceCounts(
+              limit.requestsPerUnit,
+              reference.cached ? undefined : result.remaining,
+              cost,
+              nearRatio,
+              shadow,
+            );
+          }
+          rules.push(outcome);
         }
       }
 
@@ -246,7 +320,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
         headerKinds,
         quotaFits ? undefined : quotaRetryMs,
       );
-      const decision = finish(check, nodes, statuses, code, headers);
+      const decision = finish(check, nodes, statuses, code, headers, counted);
       observe?.(event(check, decision, { storeMs, globalShadow, rules }));
       return decision;
     },
@@ -263,6 +337,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
     nodes: (RuleNode | undefined)[],
     statuses: DescriptorStatus[],
     counted: readonly Counted[],
+    counters: readonly CounterCheck[],
     deadlines: readonly number[],
     now: number,
   ): Decision {
@@ -277,12 +352,20 @@ export function createLimiter(options: LimiterOptions): Limiter {
       };
       statuses[index] = status;
       if (!shadow && !quota) candidates.push({ limit, status });
-      if (observe) rules.push(ruleOutcome(check, index, node, cost, true, false, shadow));
+      if (observe) {
+        const outcome = ruleOutcome(check, index, node, cost, true, false, shadow);
+        if (referenceCounting !== undefined) {
+          outcome.counts = referenceCounts(limit.requestsPerUnit, undefined, cost, 0, shadow);
+        }
+        rules.push(outcome);
+      }
     }
-    const globalShadow = options.shadowMode === true;
-    const code = globalShadow ? 'OK' : 'OVER_LIMIT';
-    const headers = responseHeaders(candidates, !globalShadow, headerKinds);
-    const decision = finish(check, nodes, statuses, code, headers);
+    // Every counter is over: the request is denied unless each one stands outside the gate.
+    const denied = counters.some((counter) => !counter.shadow);
+    const globalShadow = denied && options.shadowMode === true;
+    const code = denied && !globalShadow ? 'OVER_LIMIT' : 'OK';
+    const headers = responseHeaders(candidates, code === 'OVER_LIMIT', headerKinds);
+    const decision = finish(check, nodes, statuses, code, headers, counted);
     observe?.(event(check, decision, { globalShadow, rules, overLimitCache: true }));
     return decision;
   }
@@ -293,8 +376,20 @@ export function createLimiter(options: LimiterOptions): Limiter {
     statuses: DescriptorStatus[],
     code: Decision['code'],
     headers: Decision['headers'],
+    counted: readonly Counted[] = [],
   ): Decision {
     const decision: Decision = { code, statuses };
+    if (pickedReferenceHeaders !== undefined && counted.length > 0) {
+      const byIndex = new Map(counted.map((c) => [c.index, c]));
+      headers = (headers ?? []).concat(
+        referenceHeaders(
+          statuses,
+          (i) => byIndex.get(i)?.quota === false,
+          pickedReferenceHeaders,
+          (i) => byIndex.get(i)?.limit.windowMs ?? 0,
+        ),
+      );
+    }
     if (headers !== undefined && headers.length > 0) decision.headers = headers;
     if (options.dynamicMetadata) decision.dynamicMetadata = dynamicMetadata(check, nodes, statuses);
     return decision;
@@ -391,17 +486,7 @@ function addCounter(
   while (slot < counters.length && (counters[slot] as CounterCheck).key !== key) slot++;
   const counter = counters[slot];
   if (counter === undefined) {
-    counters.push({
-      key,
-      algorithm: limit.algorithm,
-      windowMs: limit.windowMs,
-      limit: limit.requestsPerUnit,
-      burst: limit.burst,
-      cost,
-      shadow,
-      quota,
-      overdraw: limit.overdraw,
-    });
+    counters.push(newCounter(key, limit, cost, shadow, quota));
     return slot;
   }
   // Descriptors on one counter add up their costs; differing limits take the strictest, and an
@@ -413,6 +498,51 @@ function addCounter(
   counter.quota &&= quota;
   counter.overdraw ||= limit.overdraw;
   return slot;
+}
+
+function newCounter(
+  key: string,
+  limit: Limit,
+  cost: number,
+  shadow: boolean,
+  quota: boolean,
+): CounterCheck {
+  return {
+    key,
+    algorithm: limit.algorithm,
+    windowMs: limit.windowMs,
+    limit: limit.requestsPerUnit,
+    burst: limit.burst,
+    cost,
+    shadow,
+    quota,
+    overdraw: limit.overdraw,
+  };
+}
+
+/**
+ * Under the reference's local cache: each reference counter's deadline while it is remembered
+ * over (undefined for the others), with the counters marked as the store must see them. When
+ * some are remembered, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT increments none of the others.
+ * Undefined when none is remembered.
+ */
+function rememberedOver(
+  keyCache: KeyCache,
+  counters: readonly CounterCheck[],
+  now: number,
+): (number | undefined)[] | undefined {
+  let found = false;
+  const deadlines = counters.map((counter) => {
+    const deadline = counter.reference ? keyCache.until(counter.key, now) : undefined;
+    if (deadline !== undefined && counter.reference) {
+      counter.reference.cached = true;
+      found = true;
+    }
+    return deadline;
+  });
+  if (!found) return undefined;
+  for (const counter of counters) if (counter.reference?.stop) counter.reference.held = true;
+  return deadlines;
 }
 
 /**

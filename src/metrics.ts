@@ -12,11 +12,14 @@
  *   above NEAR_LIMIT_RATIO of it (also counted in within_limit).
  * - `ratelimit_service_rate_limit_shadow_mode`: over-limit hits that shadow mode let through
  *   (also counted in over_limit).
+ * - `ratelimit_service_rate_limit_over_limit_with_local_cache`: over-limit hits answered from the
+ *   local cache, under COMPAT_MODE=reference. In that mode the hits are split among these series
+ *   as the reference splits them (see referenceCounts.ts).
  *
  * `key1` and `key2` come from the reference's stats key, `DOMAIN.PART1.PART2...`, each part `key`
  * or `key_value`: `key1` is the first part and `key2` the second (`""` for a one-level rule). The
  * reference's mapping drops deeper parts; here parts 2 and beyond are joined by '.' into `key2`, so
- * a three-level rule keeps its own series.
+ * a three-level rule keeps its own series (but for COMPAT_MODE=reference, see referenceLabels).
  *
  * Descriptor-valued keys (detailed_metric, value_to_metric) are capped: at most
  * METRICS_MAX_DETAILED_SERIES distinct label sets in total. Past that, their hits go to one series
@@ -60,7 +63,7 @@ import {
   type MetricObjectWithValues,
   type MetricValue,
 } from 'prom-client';
-import type { CheckEvent, RuleOutcome } from './outcome.js';
+import { splitHits, type CheckEvent, type RuleOutcome } from './outcome.js';
 
 export type RpcOutcome = 'ok' | 'over_limit' | 'invalid' | 'unavailable' | 'internal';
 
@@ -78,6 +81,11 @@ export type Bound = (typeof BOUNDS)[number];
 export interface MetricsOptions {
   /** Distinct label sets for descriptor-valued keys, in total (METRICS_MAX_DETAILED_SERIES). */
   maxDetailedSeries: number;
+  /**
+   * COMPAT_MODE=reference: `key2` is the second part only, as the reference's mapping has it,
+   * so that the series of a rule three levels deep fall into its parent's.
+   */
+  referenceLabels?: boolean;
   /** prom-client's process and Node.js metrics, prefixed `tollgate_`. Default true. */
   defaultMetrics?: boolean;
 }
@@ -133,6 +141,7 @@ interface RuleSeries {
   nearLimit: number;
   withinLimit: number;
   shadowMode: number;
+  localCache: number;
 }
 
 export function createMetrics(options: MetricsOptions): Metrics {
@@ -152,7 +161,8 @@ export function createMetrics(options: MetricsOptions): Metrics {
       if (s.nearLimit > 0) nearLimit.inc(s.labels, s.nearLimit);
       if (s.withinLimit > 0) withinLimit.inc(s.labels, s.withinLimit);
       if (s.shadowMode > 0) shadowMode.inc(s.labels, s.shadowMode);
-      s.totalHits = s.overLimit = s.nearLimit = s.withinLimit = s.shadowMode = 0;
+      if (s.localCache > 0) localCache.inc(s.labels, s.localCache);
+      s.totalHits = s.overLimit = s.nearLimit = s.withinLimit = s.shadowMode = s.localCache = 0;
     }
   };
   const ruleCounter = (name: string, help: string) =>
@@ -177,6 +187,10 @@ export function createMetrics(options: MetricsOptions): Metrics {
   const shadowMode = ruleCounter(
     'ratelimit_service_rate_limit_shadow_mode',
     'Over-limit hits on a rule that shadow mode let through.',
+  );
+  const localCache = ruleCounter(
+    'ratelimit_service_rate_limit_over_limit_with_local_cache',
+    'Over-limit hits on a rule answered from the local cache (COMPAT_MODE=reference).',
   );
   const shouldRateLimitError = new Counter({
     name: 'ratelimit_service_should_rate_limit_error',
@@ -289,6 +303,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
       nearLimit: 0,
       withinLimit: 0,
       shadowMode: 0,
+      localCache: 0,
     };
     let byKey1 = byLabels.get(domain);
     if (byKey1 === undefined) byLabels.set(domain, (byKey1 = new Map()));
@@ -302,8 +317,10 @@ export function createMetrics(options: MetricsOptions): Metrics {
   function seriesOf(rule: RuleOutcome): RuleSeries {
     const key = rule.metricKey;
     const key1 = key[0] ?? '';
-    // Two levels map as the reference does; deeper parts join key2 rather than being lost.
-    const key2 = key.length <= 2 ? (key[1] ?? '') : key.slice(1).join('.');
+    // Two levels map as the reference does; deeper parts join key2 rather than being lost,
+    // unless the reference's series are asked for as they are.
+    const key2 =
+      key.length <= 2 || options.referenceLabels ? (key[1] ?? '') : key.slice(1).join('.');
     const known = find(rule.domain, key1, key2);
     if (known !== undefined) return known;
     if (!rule.detailed) return add(rule.domain, key1, key2);
@@ -331,13 +348,13 @@ export function createMetrics(options: MetricsOptions): Metrics {
           const hits = rule.hits;
           if (!(hits >= 0 && hits <= Number.MAX_SAFE_INTEGER)) continue;
           const s = seriesOf(rule);
+          const split = splitHits(rule);
           s.totalHits += hits;
-          if (rule.over) s.overLimit += hits;
-          else {
-            s.withinLimit += hits;
-            if (rule.near) s.nearLimit += hits;
-          }
-          if (rule.shadowed) s.shadowMode += hits;
+          s.overLimit += split.over;
+          s.withinLimit += split.within;
+          s.nearLimit += split.near;
+          s.shadowMode += split.shadow;
+          s.localCache += split.localCache;
         }
         if (event.storeError !== undefined) countStoreError(event.storeError.kind);
         if (event.storeMs > 0 || event.storeError !== undefined) {

@@ -42,4 +42,29 @@ export interface RuleOutcome {
   near: boolean;
   /** Over, but a shadow-mode rule (or global shadow mode) let it through. */
   shadowed: boolean;
+  /** COMPAT_MODE=reference: the hits split as the reference's statistics split them. */
+  counts?: RuleCounts;
+}
+
+/** How many of a descriptor's hits each statistic counts (see referenceCounts). */
+export interface RuleCounts {
+  over: number;
+  near: number;
+  within: number;
+  shadow: number;
+  /** Over, answered from the local cache: `over_limit_with_local_cache`. */
+  localCache: number;
+}
+
+/** The hits of a rule outcome as each statistic counts them, in either mode. */
+export function splitHits(rule: RuleOutcome): RuleCounts {
+  if (rule.counts !== undefined) return rule.counts;
+  const hits = rule.hits;
+  return {
+    over: rule.over ? hits : 0,
+    near: !rule.over && rule.near ? hits : 0,
+    within: rule.over ? 0 : hits,
+    shadow: rule.shadowed ? hits : 0,
+    localCache: 0,
+  };
 }

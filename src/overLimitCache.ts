@@ -116,3 +116,45 @@ export function createOverLimitCache(maxEntries: number): OverLimitCache {
     },
   };
 }
+
+/**
+ * COMPAT_MODE=reference: the reference's local cache. A key found over is remembered until its
+ * window ends, whatever the cost of later checks, and those checks are answered from memory.
+ * Bounded as above, and emptied by a reload.
+ */
+export interface KeyCache {
+  sync(rules: object): void;
+  /** The deadline while `key` is remembered over, or undefined. */
+  until(key: string, now: number): number | undefined;
+  remember(key: string, deadline: number): void;
+  readonly size: number;
+}
+
+export function createKeyCache(maxEntries: number): KeyCache {
+  const deadlines = new Map<string, number>();
+  let version: object | undefined;
+  return {
+    sync(rules) {
+      if (rules === version) return;
+      version = rules;
+      deadlines.clear();
+    },
+    until(key, now) {
+      const deadline = deadlines.get(key);
+      if (deadline === undefined) return undefined;
+      if (deadline <= now) {
+        deadlines.delete(key);
+        return undefined;
+      }
+      return deadline;
+    },
+    remember(key, deadline) {
+      deadlines.delete(key);
+      deadlines.set(key, deadline);
+      if (deadlines.size > maxEntries) deadlines.delete(deadlines.keys().next().value as string);
+    },
+    get size() {
+      return deadlines.size;
+    },
+  };
+}

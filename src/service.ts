@@ -89,7 +89,11 @@ export function createService(options: ServiceOptions): Service {
   const clock = options.clock ?? Date.now;
   const logger = options.logger ?? createLogger(settings);
   const metrics =
-    options.metrics ?? createMetrics({ maxDetailedSeries: settings.metrics.maxDetailedSeries });
+    options.metrics ??
+    createMetrics({
+      maxDetailedSeries: settings.metrics.maxDetailedSeries,
+      referenceLabels: settings.compatMode === 'reference',
+    });
   const tracing = createTracing({ env: options.env ?? process.env });
 
   const load = () =>
@@ -148,6 +152,10 @@ export function createService(options: ServiceOptions): Service {
     dynamicMetadata: settings.responseDynamicMetadata,
     referenceHeaders: settings.limitHeaders.enabled ? settings.limitHeaders : undefined,
     nearLimitRatio: settings.metrics.nearLimitRatio,
+    referenceCounting:
+      settings.compatMode === 'reference'
+        ? { stop: settings.stopIncrementWhenOverLimit }
+        : undefined,
     // Off on a cluster: a denial that spans slots refunds what it took, so a count may fall early.
     overLimitCacheSize: settings.redis?.type === 'cluster' ? 0 : settings.overLimitCacheSize,
     // The clock the store's resets run on: Redis TIME, or this one (CLOCK=local, in-memory store).
@@ -181,6 +189,7 @@ export function createService(options: ServiceOptions): Service {
     maxEntries: settings.maxEntries,
     maxEntryBytes: settings.maxEntryBytes,
     limitOverrides: settings.limitOverrides,
+    emptyDescriptors: settings.compatMode === 'reference',
   };
   const onInternalError = (error: unknown) =>
     logger.error({ err: error }, 'internal error answering a check');

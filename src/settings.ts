@@ -63,6 +63,10 @@ export interface Settings {
   shutdownGraceMs: number;
   /** Denied counters remembered until their reset, so repeated denials skip the store; 0: off. */
   overLimitCacheSize: number;
+  /** COMPAT_MODE: `reference` answers as envoyproxy/ratelimit does (see README). */
+  compatMode: 'off' | 'reference';
+  /** STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, read under COMPAT_MODE=reference. */
+  stopIncrementWhenOverLimit: boolean;
 }
 
 export interface GrpcServerSettings {
@@ -168,6 +172,11 @@ function readAll(env: Env): Settings {
       : BUNDLED_RULES;
 
   const redisTimeoutMs = duration(env, 'REDIS_TIMEOUT', '15ms');
+  const compatMode = oneOf(env, 'COMPAT_MODE', ['off', 'reference'] as const, 'off', true);
+  const reference = compatMode === 'reference';
+  // The reference remembers over-limit keys only when LOCAL_CACHE_SIZE_IN_BYTES asks it to.
+  const localCache =
+    reference && integer(env, 'LOCAL_CACHE_SIZE_IN_BYTES', 0, 0, Number.MAX_SAFE_INTEGER) > 0;
   const settings: Settings = {
     grpcHost: get('GRPC_HOST', '0.0.0.0'),
     grpcPort: integer(env, 'GRPC_PORT', 8081, 0, 65_535),
@@ -180,11 +189,22 @@ function readAll(env: Env): Settings {
     clock: oneOf(env, 'CLOCK', ['redis', 'local'] as const, 'redis'),
     clockSkewToleranceMs: duration(env, 'CLOCK_SKEW_TOLERANCE', '5s', 0),
     redisBatchLimit: integer(env, 'REDIS_BATCH_LIMIT', 16, 1, 1_000),
-    defaultAlgorithm: oneOf(env, 'DEFAULT_ALGORITHM', ALGORITHMS, 'sliding_window'),
+    defaultAlgorithm: oneOf(
+      env,
+      'DEFAULT_ALGORITHM',
+      ALGORITHMS,
+      reference ? 'fixed_window' : 'sliding_window',
+    ),
     cacheKeyPrefix: get('CACHE_KEY_PREFIX', ''),
     shadowMode: boolean(env, 'SHADOW_MODE', false),
     quotaMode: boolean(env, 'QUOTA_MODE', false),
-    rateLimitHeaders: oneOf(env, 'RATELIMIT_HEADERS', ['ietf', 'none'] as const, 'ietf', true),
+    rateLimitHeaders: oneOf(
+      env,
+      'RATELIMIT_HEADERS',
+      ['ietf', 'none'] as const,
+      reference ? 'none' : 'ietf',
+      true,
+    ),
     maxDescriptors: integer(env, 'MAX_DESCRIPTORS', 64, 1, 100_000),
     maxEntries: integer(env, 'MAX_ENTRIES', 16, 1, 10_000),
     maxEntryBytes: integer(env, 'MAX_ENTRY_BYTES', 1024, 1, 1 << 24),
@@ -220,7 +240,15 @@ function readAll(env: Env): Settings {
       json: oneOf(env, 'HTTP_JSON', ['auto', 'on', 'off'] as const, 'auto', true),
     },
     shutdownGraceMs: duration(env, 'SHUTDOWN_GRACE', '10s', 0),
-    overLimitCacheSize: integer(env, 'OVER_LIMIT_CACHE_SIZE', 10_000, 0, 10_000_000),
+    overLimitCacheSize: integer(
+      env,
+      'OVER_LIMIT_CACHE_SIZE',
+      reference && !localCache ? 0 : 10_000,
+      0,
+      10_000_000,
+    ),
+    compatMode,
+    stopIncrementWhenOverLimit: boolean(env, 'STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT', false),
   };
 
   const configType = env.CONFIG_TYPE ?? '';

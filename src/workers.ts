@@ -295,7 +295,10 @@ async function runWorker(): Promise<void> {
   try {
     const settings = readSettings();
     const logger = createLogger(settings).child({ worker: cluster.worker?.id });
-    const metrics = createMetrics({ maxDetailedSeries: settings.metrics.maxDetailedSeries });
+    const metrics = createMetrics({
+      maxDetailedSeries: settings.metrics.maxDetailedSeries,
+      referenceLabels: settings.compatMode === 'reference',
+    });
 
     let nextAsk = 0;
     const asks = new Map<

@@ -15,6 +15,8 @@ export interface RequestLimits {
   maxEntryBytes: number;
   /** LIMIT_OVERRIDES_ENABLED: false refuses a descriptor's `limit`. Allowed unless false. */
   limitOverrides?: boolean;
+  /** COMPAT_MODE=reference: a descriptor without entries is allowed (it matches no rule). */
+  emptyDescriptors?: boolean;
 }
 
 /** grpc-js answers INTERNAL when a deserializer throws, so a bad request is a value instead. */
@@ -134,7 +136,7 @@ function readTag(reader: protobuf.Reader, wireTypes: readonly number[]): number 
 
 function toDescriptor(wire: WireDescriptor, path: string, limits: RequestLimits): Descriptor {
   const { entries } = wire;
-  if (entries.length === 0) fail(`${path} has no entries`);
+  if (entries.length === 0 && limits.emptyDescriptors !== true) fail(`${path} has no entries`);
   const descriptor: Descriptor = {
     entries: entries.map((entry, j) => {
       const key = text(entry.key, `${path}.entries[${j}].key`, limits);

@@ -78,6 +78,8 @@ export interface RateLimitResponseObject {
     duration_until_reset?: { seconds?: string; nanos?: number };
   }[];
   response_headers_to_add?: { key?: string; value?: string }[];
+  /** google.protobuf.Struct, as proto-loader gives it. */
+  dynamic_metadata?: { fields?: Record<string, unknown> };
 }
 
 export interface RateLimitClient extends grpc.Client {

@@ -18,12 +18,25 @@ export function metricKeyOf(
     const bare = at.value === undefined;
     const withValue = bare && (at.valueToMetric || (at === node && at.detailedMetric));
     if (withValue) detailed = true;
-    parts[level] = withValue ? `${at.key}_${entries[level]?.value ?? ''}` : at.metricPart;
+    parts[level] = statName(withValue ? `${at.key}_${entries[level]?.value ?? ''}` : at.metricPart);
   }
   return { parts, detailed };
 }
 
 /** The stats key of a descriptor no rule describes (a limit override): every entry's value. */
 export function entriesMetricKey(entries: readonly Entry[]): string[] {
-  return entries.map((entry) => (entry.value === '' ? entry.key : `${entry.key}_${entry.value}`));
+  return entries.map((entry) =>
+    statName(entry.value === '' ? entry.key : `${entry.key}_${entry.value}`),
+  );
+}
+
+const IPV4 = /\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}/g;
+
+/**
+ * A stats key part as the reference writes it: ':' and '|' (statsd's separators) become '_', and
+ * so do the dots of an IPv4 address, which statsd would read as the name's separators.
+ */
+export function statName(part: string): string {
+  if (!/[:|.]/.test(part)) return part;
+  return part.replace(/[:|]/g, '_').replace(IPV4, (ip) => ip.replaceAll('.', '_'));
 }

@@ -66,6 +66,24 @@ export interface CounterCheck {
   quota: boolean;
   /** Consumed even when over, saturating at the limit. */
   overdraw: boolean;
+  /** COMPAT_MODE=reference, fixed windows only: counted as envoyproxy/ratelimit counts. */
+  reference?: ReferenceCounting;
+}
+
+/**
+ * The reference's counting (see lua/dispatch.lua): the counter is incremented whatever the
+ * others do, so its count may pass the limit, and it fits when its count after the call is at
+ * most the limit. Its result's `remaining` is that count. Such counters are never merged: two
+ * descriptors of one key are two counters, counted one after the other.
+ */
+export interface ReferenceCounting {
+  /** STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: when some counter would pass its limit, only those
+   * that would are incremented. */
+  stop: boolean;
+  /** With stop: another counter of the request is remembered over, so none is incremented. */
+  held: boolean;
+  /** The service remembers this counter over: not incremented, and it does not fit. */
+  cached: boolean;
 }
 
 /** Larger than any limit or burst (both are uint32), and exact as a double. */

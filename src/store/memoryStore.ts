@@ -38,6 +38,47 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store & { s
     return slot.state;
   }
 
+  /** lua/dispatch.lua's count_as_reference: settles the reference counters, in order. */
+  function countAsReference(
+    checks: readonly CounterCheck[],
+    states: readonly Loaded[],
+    verdicts: (boolean | undefined)[],
+  ): Map<number, number> {
+    const counts = new Map<number, number>();
+    if (!checks.some((check) => check.reference)) return counts;
+    const near = checks.map((check, i) => {
+      const counting = check.reference;
+      if (!counting?.stop || counting.cached) return false;
+      return (states[i] as Loaded).c + check.cost > check.limit;
+    });
+    const nearAny = near.includes(true);
+    const live = new Map<string, Loaded>();
+    for (const [i, check] of checks.entries()) {
+      const counting = check.reference;
+      if (counting === undefined) continue;
+      const state = live.get(check.key) ?? (states[i] as Loaded);
+      live.set(check.key, state);
+      if (counting.cached) {
+        verdicts[i] = false;
+        counts.set(i, state.c);
+        continue;
+      }
+      const held = counting.stop && (counting.held || (nearAny && !near[i]));
+      const add = held ? 0 : check.cost;
+      if (add > 0) {
+        state.c += add;
+        const rest = state.window - state.e;
+        counters.set(check.key, {
+          state: { t: state.now, w: state.index, c: state.c },
+          expiresAt: state.now + rest,
+        });
+      }
+      verdicts[i] = state.c <= check.limit;
+      counts.set(i, state.c);
+    }
+    return counts;
+  }
+
   return {
     async decide(
       checks: readonly CounterCheck[],
@@ -52,9 +93,16 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store & { s
       for (const check of checks) {
         const algorithm = ALGORITHM_IMPLS[check.algorithm];
         const state = algorithm.load(read(check.key, now), now, check.windowMs);
-        const fits = algorithm.fits(state, check.limit, check.burst, Math.max(check.cost, 1));
         states.push(state);
-        verdicts.push(fits);
+        verdicts.push(
+          check.reference
+            ? undefined
+            : algorithm.fits(state, check.limit, check.burst, Math.max(check.cost, 1)),
+        );
+      }
+      const counts = countAsReference(checks, states, verdicts);
+      for (const [i, check] of checks.entries()) {
+        const fits = verdicts[i];
         if (check.shadow) continue;
         if (check.quota) {
           quotas += 1;
@@ -68,6 +116,10 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store & { s
       const results = checks.map((check, i) => {
         const state = states[i] as Loaded;
         const fits = verdicts[i];
+        if (check.reference) {
+          const count = counts.get(i) as number;
+          return { fits: fits === true, remaining: count, resetMs: state.window - state.e };
+        }
         let commit = check.shadow
           ? fits === true
           : check.quota

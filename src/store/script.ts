@@ -51,6 +51,21 @@ const SHADOW = 1;
 const QUOTA = 2;
 const OVERDRAW = 4;
 const PART = 8;
+const REFERENCE = 16;
+const STOP = 32;
+const HELD = 64;
+const CACHED = 128;
+
+function referenceFlags(check: CounterCheck): number {
+  const counting = check.reference;
+  if (counting === undefined) return 0;
+  return (
+    REFERENCE +
+    (counting.stop ? STOP : 0) +
+    (counting.held ? HELD : 0) +
+    (counting.cached ? CACHED : 0)
+  );
+}
 
 /** The script's arguments: numkeys, KEYS, then ARGV (see lua/dispatch.lua). */
 export type ScriptArgs = (string | number)[];
@@ -95,7 +110,8 @@ function pushCounters(args: ScriptArgs, checks: readonly CounterCheck[], part: b
       (check.shadow ? SHADOW : 0) +
         (check.quota ? QUOTA : 0) +
         (check.overdraw ? OVERDRAW : 0) +
-        (part ? PART : 0),
+        (part ? PART : 0) +
+        referenceFlags(check),
     );
   }
 }
@@ -208,10 +224,11 @@ export function refundArgs(checks: readonly CounterCheck[], atMs: number): Scrip
 
 /**
  * Whether a part call that was allowed consumed this counter in a way a refund undoes: shadow
- * counters stay outside the gate and overdraw counters always consume, so neither is refunded;
+ * counters stay outside the gate, and overdraw and reference counters always consume, so none of
+ * them is refunded;
  * a quota counter was consumed only when it fit; a cost of 0 consumed nothing.
  */
 export function refundable(check: CounterCheck, result: CounterResult): boolean {
-  if (check.shadow || check.overdraw || check.cost === 0) return false;
+  if (check.shadow || check.overdraw || check.reference || check.cost === 0) return false;
   return !check.quota || result.fits;
 }

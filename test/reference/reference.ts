@@ -1,0 +1,100 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, renameSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createRateLimitClient, type RateLimitClient } from '../../src/grpc/protos.js';
+import { freePort } from '../support/ports.js';
+import { eventually, healthStatus } from '../support/tollgate.js';
+
+/**
+ * envoyproxy/ratelimit's own server, built from the Go module by scripts/reference.sh, run as a
+ * process beside tollgate: the oracle of the differential tests.
+ */
+export const REFERENCE_BIN =
+  process.env.TOLLGATE_REFERENCE_BIN ?? join('.cache', 'reference', 'service_cmd');
+
+export interface ReferenceProcess {
+  address: string;
+  /** Its Prometheus endpoint (USE_PROMETHEUS=true). */
+  metricsUrl: string;
+  client: RateLimitClient;
+  /** Writes one rules file (by name) into its directory, as an operator's deploy would. */
+  writeRules(name: string, yaml: string): void;
+  stderr(): string;
+  stop(): Promise<void>;
+}
+
+export async function startReference(
+  rules: Readonly<Record<string, string>>,
+  redisUrl: string,
+  env: Record<string, string> = {},
+): Promise<ReferenceProcess> {
+  if (!existsSync(REFERENCE_BIN)) {
+    throw new Error(
+      `the reference server is not built at ${REFERENCE_BIN}: run scripts/reference.sh first`,
+    );
+  }
+  const root = mkdtempSync(join(tmpdir(), 'tollgate-reference-'));
+  const configDir = join(root, 'ratelimit', 'config');
+  mkdirSync(configDir, { recursive: true });
+  const writeRules = (name: string, yaml: string) => {
+    // Written whole, then renamed, so that its watcher never reads half a file.
+    const staged = join(root, 'staged.yaml');
+    writeFileSync(staged, yaml);
+    renameSync(staged, join(configDir, name));
+  };
+  for (const [name, yaml] of Object.entries(rules)) writeRules(name, yaml);
+  const [grpcPort, port, debugPort, prometheusPort] = await Promise.all([
+    freePort(),
+    freePort(),
+    freePort(),
+    freePort(),
+  ]);
+  const child: ChildProcess = spawn(REFERENCE_BIN, [], {
+    env: {
+      PATH: process.env.PATH,
+      RUNTIME_ROOT: root,
+      RUNTIME_SUBDIRECTORY: 'ratelimit',
+      RUNTIME_WATCH_ROOT: 'false',
+      REDIS_SOCKET_TYPE: 'tcp',
+      REDIS_URL: redisUrl,
+      USE_STATSD: 'false',
+      USE_PROMETHEUS: 'true',
+      // Its statistics reach Prometheus only when flushed.
+      STATS_FLUSH_INTERVAL: '100ms',
+      PROMETHEUS_ADDR: `127.0.0.1:${prometheusPort}`,
+      GRPC_HOST: '127.0.0.1',
+      GRPC_PORT: String(grpcPort),
+      HOST: '127.0.0.1',
+      PORT: String(port),
+      DEBUG_HOST: '127.0.0.1',
+      DEBUG_PORT: String(debugPort),
+      LOG_LEVEL: 'warn',
+      ...env,
+    },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr?.on('data', (chunk: Buffer) => {
+    if (stderr.length < 100_000) stderr += chunk.toString();
+  });
+  const address = `127.0.0.1:${grpcPort}`;
+  const exited = () => child.exitCode !== null || child.signalCode !== null;
+  await eventually(async () => exited() || (await healthStatus(address)) === 'SERVING', 30_000);
+  if (exited()) throw new Error(`the reference server exited at start-up: ${stderr}`);
+  const client = createRateLimitClient(address);
+  return {
+    address,
+    metricsUrl: `http://127.0.0.1:${prometheusPort}/metrics`,
+    client,
+    writeRules,
+    stderr: () => stderr,
+    stop: () =>
+      new Promise((resolve) => {
+        client.close();
+        if (exited()) return resolve();
+        child.once('exit', () => resolve());
+        child.kill('SIGTERM');
+      }),
+  };
+}

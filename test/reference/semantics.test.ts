@@ -1,0 +1,158 @@
+// Differential: the rule features and request fields the reference's tests exercise, sent to the
+// real reference server and to tollgate under COMPAT_MODE=reference, answers compared field by
+// field with the statistics (see pair.ts).
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { RateLimitRequestObject } from '../../src/grpc/protos.js';
+import { d } from '../support/tollgate.js';
+import { startPair, type Pair } from './pair.js';
+
+type Descriptor = NonNullable<RateLimitRequestObject['descriptors']>[number];
+
+const fixture = (name: string) =>
+  readFileSync(
+    fileURLToPath(new URL(`../fixtures/rules/reference/${name}.yaml`, import.meta.url)),
+    'utf8',
+  ).replace(/unit: second/g, 'unit: hour');
+
+/** Rules for the features below, one domain each. Hourly windows: see examples.test.ts. */
+const FEATURES: Record<string, string> = {
+  'nested.yaml': `
+domain: nested
+descriptors:
+  - key: tenant
+    descriptors:
+      - key: route
+        value: /login
+        rate_limit: { unit: minute, requests_per_unit: 3 }
+      - key: route
+        rate_limit: { unit: hour, requests_per_unit: 5 }
+        descriptors:
+          - key: method
+            value: POST
+            rate_limit: { unit: day, requests_per_unit: 2 }
+  - key: region
+    value: eu-*
+    rate_limit: { unit: minute, requests_per_unit: 4 }
+  - key: region
+    rate_limit: { unit: minute, requests_per_unit: 6 }
+`,
+  'share_threshold.yaml': fixture('share_threshold'),
+  'value_to_metric.yaml': fixture('value_to_metric'),
+  'unlimited_replaces.yaml': fixture('unlimited_replaces'),
+  'shadow.yaml': `
+domain: shadow
+descriptors:
+  - key: user
+    shadow_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 2 }
+  - key: plan
+    rate_limit: { unit: minute, requests_per_unit: 3 }
+  - key: zero
+    rate_limit: { unit: minute, requests_per_unit: 0 }
+  - key: detailed
+    detailed_metric: true
+    rate_limit: { unit: minute, requests_per_unit: 4 }
+`,
+};
+
+let pair: Pair | undefined;
+afterEach(async () => {
+  await pair?.stop();
+  pair = undefined;
+});
+
+async function send(
+  p: Pair,
+  times: number,
+  domain: string,
+  descriptors: Descriptor[],
+  hits?: number,
+): Promise<void> {
+  for (let i = 0; i < times; i++) {
+    await p.check({ domain, descriptors, ...(hits === undefined ? {} : { hits_addend: hits }) });
+  }
+}
+
+/** Every request shape of the features above, one after another. */
+async function exercise(p: Pair): Promise<void> {
+  await send(p, 5, 'nested', [d('tenant', 'a', 'route', '/login')]);
+  await send(p, 4, 'nested', [
+    d('tenant', 'a', 'route', '/x'),
+    d('tenant', 'b', 'route', '/login'),
+  ]);
+  await send(p, 3, 'nested', [d('tenant', 'a', 'route', '/x', 'method', 'POST')]);
+  await send(p, 6, 'nested', [d('region', 'eu-west'), d('region', 'us-east')]);
+  await send(p, 2, 'nested', [d('tenant', 'a'), d('region', 'eu-')], 2);
+  await send(p, 6, 'share_threshold', [d('path', 'files/a'), d('path', 'files/b')]);
+  await send(p, 6, 'share_threshold', [d('path', 'docs/a'), d('path', 'docs/b')], 2);
+  await send(p, 7, 'value_to_metric', [d('route', '/a', 'method', 'GET')]);
+  await send(p, 3, 'value_to_metric', [d('route', '/b', 'method', 'GET')], 3);
+  await send(p, 3, 'unlimited_replaces', [d('user', 'u1')]);
+  await send(p, 3, 'unlimited_replaces', [d('user', 'u1'), d('internal_route', 'x')]);
+  await send(p, 4, 'shadow', [d('user', 'u'), d('plan', 'p')]);
+  await send(p, 2, 'shadow', [d('user', 'u')]);
+  await send(p, 2, 'shadow', [d('zero', 'z')]);
+  await send(p, 2, 'shadow', [d('zero', 'z'), d('plan', 'q')], 0);
+  await send(p, 5, 'shadow', [d('detailed', 'd1'), d('detailed', 'd2')]);
+  // The same descriptor twice in one request: two increments of one counter.
+  await send(p, 3, 'shadow', [d('plan', 'twice'), d('plan', 'twice')]);
+  // A descriptor without entries is OK with no limit; the others are decided.
+  await send(p, 4, 'shadow', [{ entries: [] }, d('plan', 'empty')]);
+  // Per-descriptor hits_addend, including 0, beside the request's.
+  await send(p, 3, 'shadow', [
+    { ...d('plan', 'h'), hits_addend: { value: '0' } },
+    { ...d('detailed', 'h'), hits_addend: { value: '2' } },
+  ]);
+  await send(p, 2, 'shadow', [{ ...d('plan', 'h2'), hits_addend: { value: '5' } }], 1);
+  // Limit overrides: always enforced, counted on the descriptor's own entries.
+  const override = (n: number, unit: string, ...kv: string[]): Descriptor => ({
+    ...d(...kv),
+    limit: { requests_per_unit: n, unit },
+  });
+  await send(p, 4, 'shadow', [override(2, 'HOUR', 'user', 'o')]);
+  await send(p, 3, 'shadow', [override(3, 'DAY', 'anything', 'x', 'deeper', 'y')]);
+  await send(p, 2, 'unknown_domain', [d('any', 'thing')]);
+}
+
+describe('rule features, against the reference', () => {
+  it('answers and counts alike', async () => {
+    pair = await startPair(FEATURES);
+    await exercise(pair);
+    const { reference, tollgate } = await pair.stats();
+    expect(tollgate).toEqual(reference);
+  });
+
+  it('answers alike with global SHADOW_MODE, headers and dynamic metadata', async () => {
+    pair = await startPair(FEATURES, {
+      SHADOW_MODE: 'true',
+      LIMIT_RESPONSE_HEADERS_ENABLED: 'true',
+      RESPONSE_DYNAMIC_METADATA: 'true',
+    });
+    await exercise(pair);
+    const { reference, tollgate } = await pair.stats();
+    expect(tollgate).toEqual(reference);
+  });
+
+  it('answers alike with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT', async () => {
+    pair = await startPair(FEATURES, { STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true' });
+    await exercise(pair);
+    const { reference, tollgate } = await pair.stats();
+    expect(tollgate).toEqual(reference);
+  });
+
+  it('answers alike with the local cache, with and without STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT', async () => {
+    for (const stop of ['false', 'true']) {
+      pair = await startPair(FEATURES, {
+        LOCAL_CACHE_SIZE_IN_BYTES: '1048576',
+        STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: stop,
+      });
+      await exercise(pair);
+      const { reference, tollgate } = await pair.stats();
+      expect(tollgate, `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=${stop}`).toEqual(reference);
+      await pair.stop();
+      pair = undefined;
+    }
+  });
+});
