@@ -76,7 +76,10 @@ export function createOverLimitCache(maxEntries: number): OverLimitCache {
         entries.delete(counter.key);
         return undefined;
       }
-      if (Math.max(counter.cost, 1) < entry.cost || !covers(entry, counter)) return undefined;
+      const need = Math.max(counter.cost, 1);
+      // A cost above the limit never fits: the store says so with no reset, which an entry's
+      // deadline cannot.
+      if (need < entry.cost || need > counter.limit || !covers(entry, counter)) return undefined;
       if (!cacheable(counter)) return undefined;
       entries.delete(counter.key);
       entries.set(counter.key, entry);

@@ -2,10 +2,15 @@ import type { Entry } from '../check.js';
 import type { RuleNode } from './types.js';
 
 /**
- * The reference's stats key below the domain for a matched descriptor, one part per level: the
- * node's `key` or `key_value` as configured, or `key_<request value>` where `value_to_metric`
- * asks for it at a bare key, or `detailed_metric` at the last level. `detailed` says the key
- * holds request values, so the metrics must cap its series.
+ * The reference's stats key below the domain for a matched descriptor, one part per level, as the
+ * reference builds it:
+ * - `detailed_metric` on the matched rule: every level is `key_<request value>`, but for a level
+ *   matched through a `share_threshold` wildcard, which keeps `key_<pattern>` (and then a level
+ *   whose request value is empty is `key` alone);
+ * - otherwise each level is its node's `key` or `key_value` as configured, except `value_to_metric`
+ *   at a bare key or a wildcard without `share_threshold`, which is `key_<request value>` (`key`
+ *   alone for an empty value).
+ * `detailed` says the key holds request values, so the metrics must cap its series.
  */
 export function metricKeyOf(
   node: RuleNode,
@@ -13,15 +18,36 @@ export function metricKeyOf(
 ): { parts: string[]; detailed: boolean } {
   const parts = new Array<string>(entries.length);
   let detailed = false;
+  let sharing = false;
+  if (node.detailedMetric) {
+    for (let at: RuleNode | undefined = node; at !== undefined; at = at.parent) {
+      if (sharesWildcard(at)) sharing = true;
+    }
+  }
   let level = entries.length - 1;
   for (let at: RuleNode | undefined = node; at !== undefined; at = at.parent, level--) {
-    const bare = at.value === undefined;
-    const withValue = bare && (at.valueToMetric || (at === node && at.detailedMetric));
-    if (withValue) detailed = true;
-    parts[level] = statName(withValue ? `${at.key}_${entries[level]?.value ?? ''}` : at.metricPart);
+    const value = entries[level]?.value ?? '';
+    let part = at.metricPart;
+    if (node.detailedMetric) {
+      if (!sharesWildcard(at)) {
+        part = sharing && value === '' ? at.key : `${at.key}_${value}`;
+        detailed = true;
+      }
+    } else if (
+      at.valueToMetric &&
+      (at.value === undefined || isWildcard(at)) &&
+      !sharesWildcard(at)
+    ) {
+      part = value === '' ? at.key : `${at.key}_${value}`;
+      detailed = true;
+    }
+    parts[level] = statName(part);
   }
   return { parts, detailed };
 }
+
+const isWildcard = (node: RuleNode): boolean => node.value?.includes('*') === true;
+const sharesWildcard = (node: RuleNode): boolean => node.shareThreshold && isWildcard(node);
 
 /** The stats key of a descriptor no rule describes (a limit override): every entry's value. */
 export function entriesMetricKey(entries: readonly Entry[]): string[] {

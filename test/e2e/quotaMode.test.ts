@@ -61,3 +61,21 @@ describe('QUOTA_MODE=true', () => {
     expect(codes(answers[5]!)).toEqual(['OVER_LIMIT', 'OK', 'OVER_LIMIT']);
   });
 });
+
+describe('QUOTA_MODE=true under COMPAT_MODE=reference', () => {
+  it('counts every call on both descriptors, as the reference does, and denies once both are over', async () => {
+    tollgate = await startTollgate({
+      rules: RULES.replaceAll(', algorithm: fixed_window', ''),
+      env: { QUOTA_MODE: 'true', COMPAT_MODE: 'reference' },
+    });
+    const answers = [];
+    for (let i = 0; i < 12; i++) answers.push(await tollgate.check(both));
+    // Call 6 passes on gq1 while gq2 is over; both count every call, so call 11 passes on
+    // neither.
+    expect(codes(answers[5]!)).toEqual(['OK', 'OK', 'OVER_LIMIT']);
+    expect(answers[5]!.statuses?.map((s) => s.limit_remaining)).toEqual([4, 0]);
+    expect(codes(answers[9]!)).toEqual(['OK', 'OK', 'OVER_LIMIT']);
+    expect(codes(answers[10]!)).toEqual(['OVER_LIMIT', 'OVER_LIMIT', 'OVER_LIMIT']);
+    expect(codes(answers[11]!)).toEqual(['OVER_LIMIT', 'OVER_LIMIT', 'OVER_LIMIT']);
+  });
+});

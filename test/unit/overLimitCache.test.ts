@@ -43,13 +43,15 @@ const load = (yaml: string): RuleSet =>
 describe('the over-limit cache', () => {
   const rules = {};
 
-  it('denies the smallest denied cost and anything larger, nothing smaller', () => {
+  it('denies the smallest denied cost and anything larger up to the limit, nothing smaller', () => {
     const cache = createOverLimitCache(10);
     cache.sync(rules);
     cache.learn(rules, counter({ cost: 3 }), denied(1_000), 0);
     expect(cache.deniedUntil(counter({ cost: 2 }), 10)).toBeUndefined();
     expect(cache.deniedUntil(counter({ cost: 3 }), 10)).toBe(1_000);
-    expect(cache.deniedUntil(counter({ cost: 9 }), 10)).toBe(1_000);
+    expect(cache.deniedUntil(counter({ cost: 5 }), 10)).toBe(1_000);
+    // Past the limit a cost never fits, which the store answers with no reset at all.
+    expect(cache.deniedUntil(counter({ cost: 9 }), 10)).toBeUndefined();
     // A larger cost denied later adds nothing: the smaller one already covers it.
     cache.learn(rules, counter({ cost: 4 }), denied(5_000), 20);
     expect(cache.deniedUntil(counter({ cost: 4 }), 1_500)).toBeUndefined();
