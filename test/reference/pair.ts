@@ -18,6 +18,8 @@ export interface Pair {
   tollgate: TollgateProcess;
   /** Sends the request to both; expects the same answer; resolves with the reference's. */
   check(request: RateLimitRequestObject): Promise<RateLimitResponseObject>;
+  /** Sends the request to both, at once, without comparing: see `expectAlike`. */
+  send(request: RateLimitRequestObject): Promise<Exchange>;
   /** Writes a rules file for both, then waits until both answer `probe` alike. */
   writeRules(name: string, yaml: string): void;
   /** Empties both Redis servers, so that a scenario starts from no counts. */
@@ -59,18 +61,22 @@ export async function startPair(
       ...env,
     }),
   ]);
+  const send = async (request: RateLimitRequestObject): Promise<Exchange> => {
+    const started = Date.now();
+    const expected = await callCheck(reference.client, request);
+    const actual = await callCheck(tollgate.client, request);
+    return { request, expected, actual, started, gapMs: Date.now() - started };
+  };
   return {
     reference,
     tollgate,
     async check(request) {
       await clearOfWindowEdges();
-      const started = Date.now();
-      const expected = await callCheck(reference.client, request);
-      const actual = await callCheck(tollgate.client, request);
-      compared += 1;
-      expectAlike(actual, expected, request, Date.now() - started);
-      return expected;
+      const exchange = await send(request);
+      expectAlike(exchange);
+      return exchange.expected;
     },
+    send,
     writeRules(name, yaml) {
       reference.writeRules(name, yaml);
       writeOwn(name, yaml);
@@ -136,13 +142,22 @@ function comparable(response: RateLimitResponseObject) {
   };
 }
 
-function expectAlike(
-  actual: RateLimitResponseObject,
-  expected: RateLimitResponseObject,
-  request: RateLimitRequestObject,
+/** One request sent to both services. */
+export interface Exchange {
+  request: RateLimitRequestObject;
+  /** The reference's answer. */
+  expected: RateLimitResponseObject;
+  /** tollgate's answer. */
+  actual: RateLimitResponseObject;
+  /** When the reference was called (ms since the epoch). */
+  started: number;
   /** The time between the two calls: tollgate decided up to this much later. */
-  gapMs: number,
-): void {
+  gapMs: number;
+}
+
+/** Expects both answers of an exchange alike, field by field; counts it as compared. */
+export function expectAlike({ request, expected, actual, gapMs }: Exchange): void {
+  compared += 1;
   const what = `request #${compared}: ${JSON.stringify(request)}`;
   expect(comparable(actual), what).toEqual(comparable(expected));
   // The reference reports whole seconds (the unit less the seconds elapsed in it, so up to one

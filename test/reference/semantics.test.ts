@@ -3,10 +3,10 @@
 // field with the statistics (see pair.ts).
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import type { RateLimitRequestObject } from '../../src/grpc/protos.js';
 import { d } from '../support/tollgate.js';
-import { startPair, type Pair } from './pair.js';
+import { comparedResponses, startPair, type Pair } from './pair.js';
 
 type Descriptor = NonNullable<RateLimitRequestObject['descriptors']>[number];
 
@@ -58,6 +58,9 @@ descriptors:
 };
 
 let pair: Pair | undefined;
+afterAll(() => {
+  console.log(`[reference] semantics: ${comparedResponses()} responses compared`);
+});
 afterEach(async () => {
   await pair?.stop();
   pair = undefined;

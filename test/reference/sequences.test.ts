@@ -2,10 +2,10 @@
 // reference server and to tollgate under COMPAT_MODE=reference, answers compared field by field
 // with the statistics (see pair.ts).
 import fc from 'fast-check';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import type { RateLimitClient, RateLimitRequestObject } from '../../src/grpc/protos.js';
 import { callCheck, d, eventually } from '../support/tollgate.js';
-import { startPair, type Pair } from './pair.js';
+import { comparedResponses, startPair, type Pair } from './pair.js';
 
 type Descriptor = NonNullable<RateLimitRequestObject['descriptors']>[number];
 
@@ -94,6 +94,9 @@ const request: fc.Arbitrary<RateLimitRequestObject> = fc
   }));
 
 let pair: Pair | undefined;
+afterAll(() => {
+  console.log(`[reference] sequences: ${comparedResponses()} responses compared`);
+});
 afterEach(async () => {
   await pair?.stop();
   pair = undefined;
@@ -116,7 +119,7 @@ async function randomSequences(p: Pair, runs: number): Promise<void> {
 describe('random sequences, against the reference', () => {
   it('answer alike', async () => {
     pair = await startPair({ 'random.yaml': RULES });
-    await randomSequences(pair, 40);
+    await randomSequences(pair, 100);
   });
 
   it('answer alike with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT', async () => {
@@ -124,7 +127,15 @@ describe('random sequences, against the reference', () => {
       { 'random.yaml': RULES },
       { STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true' },
     );
-    await randomSequences(pair, 40);
+    await randomSequences(pair, 100);
+  });
+
+  it('answer alike with the local cache and STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT', async () => {
+    pair = await startPair(
+      { 'random.yaml': RULES },
+      { LOCAL_CACHE_SIZE_IN_BYTES: '1048576', STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true' },
+    );
+    await randomSequences(pair, 60);
   });
 
   it('answer alike with headers, dynamic metadata and global SHADOW_MODE', async () => {
@@ -136,7 +147,7 @@ describe('random sequences, against the reference', () => {
         SHADOW_MODE: 'true',
       },
     );
-    await randomSequences(pair, 25);
+    await randomSequences(pair, 60);
   });
 });
 
