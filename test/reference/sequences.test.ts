@@ -190,7 +190,7 @@ descriptors:
     ]);
     for (let i = 0; i < 4; i++) await pair.check({ domain: 'reload', descriptors: user });
     // A rule removed: no limit.
-    pair.writeRules('reload.yaml', rules(4, 3, 'hour').replace(/  - key: user[^]*$/, ''));
+    pair.writeRules('reload.yaml', rules(4, 3, 'hour').replace(/ {2}- key: user[^]*$/, ''));
     await Promise.all([
       untilMarker(pair.reference.client, 4),
       untilMarker(pair.tollgate.client, 4),
