@@ -17,6 +17,7 @@ import { createMemoryStore } from './store/memoryStore.js';
 import { createRedisStore } from './store/redisStore.js';
 import type { Store } from './store/Store.js';
 import { countRules, describeStore, ignoredReferenceSettings } from './startupReport.js';
+import { createStatsd, withStatsd } from './statsd.js';
 import { createTracing } from './tracing.js';
 
 /**
@@ -88,12 +89,21 @@ export function createService(options: ServiceOptions): Service {
   const { settings } = options;
   const clock = options.clock ?? Date.now;
   const logger = options.logger ?? createLogger(settings);
-  const metrics =
-    options.metrics ??
-    createMetrics({
+  const statsd =
+    settings.statsd &&
+    createStatsd(settings.statsd, {
       maxDetailedSeries: settings.metrics.maxDetailedSeries,
-      referenceLabels: settings.compatMode === 'reference',
+      onError: (error) =>
+        logger.warn({ err: error }, 'statsd: sending stats failed; they are dropped meanwhile'),
     });
+  const metrics = withStatsd(
+    options.metrics ??
+      createMetrics({
+        maxDetailedSeries: settings.metrics.maxDetailedSeries,
+        referenceLabels: settings.compatMode === 'reference',
+      }),
+    statsd,
+  );
   const tracing = createTracing({ env: options.env ?? process.env });
 
   const load = () =>
@@ -327,6 +337,11 @@ export function createService(options: ServiceOptions): Service {
           rules: { source: settings.configPath, ...loaded },
           failureMode: settings.failureMode,
           ...(settings.redis ? { redisTimeoutMs: settings.redis.timeoutMs } : {}),
+          compatMode: settings.compatMode,
+          // The reference sends statsd unless told not to; tollgate only when asked.
+          statsd: settings.statsd
+            ? `${settings.statsd.protocol}://${settings.statsd.host}:${settings.statsd.port}`
+            : 'off (USE_STATSD=true to send it; the reference sends it by default)',
         },
         'listening',
       );
@@ -353,6 +368,7 @@ export function createService(options: ServiceOptions): Service {
       watcher.close();
       await Promise.all([grpcServer.shutdown(graceMs), httpServer.close(graceMs)]);
       await tracing.shutdown();
+      await statsd?.close();
       await store.close();
     },
   };

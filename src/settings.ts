@@ -4,6 +4,7 @@ import { boolean, duration, integer, oneOf, optional, ratio, text, type Env } fr
 import { SettingsError } from './errors.js';
 import { redactSecrets, secretsIn } from './redact.js';
 import { ALGORITHMS, type Algorithm } from './rules/types.js';
+import type { StatsdSettings } from './statsd.js';
 
 /**
  * Every setting, read from the environment in this one place, with its default beside it.
@@ -67,6 +68,8 @@ export interface Settings {
   compatMode: 'off' | 'reference';
   /** STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, read under COMPAT_MODE=reference. */
   stopIncrementWhenOverLimit: boolean;
+  /** The reference's statsd output; undefined unless USE_STATSD=true. */
+  statsd: StatsdSettings | undefined;
 }
 
 export interface GrpcServerSettings {
@@ -249,6 +252,7 @@ function readAll(env: Env): Settings {
     ),
     compatMode,
     stopIncrementWhenOverLimit: boolean(env, 'STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT', false),
+    statsd: readStatsd(env),
   };
 
   const configType = env.CONFIG_TYPE ?? '';
@@ -530,4 +534,38 @@ function splitAuth(auth: string | undefined): [string | undefined, string | unde
   if (!auth) return [undefined, undefined];
   const colon = auth.indexOf(':');
   return colon < 0 ? [undefined, auth] : [auth.slice(0, colon), auth.slice(colon + 1)];
+}
+
+/**
+ * USE_STATSD and its settings, with the reference's defaults but one: the reference sends statsd
+ * unless told not to, tollgate only when USE_STATSD=true.
+ */
+function readStatsd(env: Env): StatsdSettings | undefined {
+  const settings: StatsdSettings = {
+    host: text(env, 'STATSD_HOST', 'localhost'),
+    port: integer(env, 'STATSD_PORT', 8125, 1, 65_535),
+    protocol: oneOf(env, 'STATSD_PROTOCOL', ['tcp', 'udp'] as const, 'tcp', true),
+    flushIntervalMs: duration(env, 'STATS_FLUSH_INTERVAL', '10s', 1),
+    extraTags: extraTags(env.EXTRA_TAGS ?? ''),
+  };
+  return boolean(env, 'USE_STATSD', false) ? settings : undefined;
+}
+
+/** EXTRA_TAGS as the reference reads it: `key:value` pairs separated by commas. */
+function extraTags(value: string): Record<string, string> {
+  const tags: Record<string, string> = {};
+  if (value.trim() === '') return tags;
+  for (const pair of value.split(',')) {
+    const at = pair.indexOf(':');
+    if (at <= 0) {
+      throw new SettingsError(
+        `EXTRA_TAGS: '${pair}' is not key:value (the form is key1:value1,key2:value2)`,
+      );
+    }
+    Object.defineProperty(tags, pair.slice(0, at).trim(), {
+      value: pair.slice(at + 1).trim(),
+      enumerable: true,
+    });
+  }
+  return tags;
 }

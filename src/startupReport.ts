@@ -1,8 +1,8 @@
 /**
  * What an operator should read at start-up: one line naming what runs (the store, the rules, the
  * failure mode), and a warning for each setting of envoyproxy/ratelimit that is set but that
- * tollgate does not honour, so that a migration that forgot REDIS_URL, or relies on memcache or
- * statsd, shows at once. No credential is ever named.
+ * tollgate does not honour, so that a migration that forgot REDIS_URL, or relies on memcache,
+ * shows at once. No credential is ever named.
  */
 import type { RuleSet } from './rules/types.js';
 import { rulesInFileOrder } from './rules/parseRules.js';
@@ -37,7 +37,7 @@ const REFERENCE_ONLY: readonly [RegExp, string, ((value: string) => boolean)?][]
   [/^MEMCACHE_/, 'there is no memcache store; counters are in Redis (REDIS_URL) or in memory'],
   [
     /^LOCAL_CACHE_SIZE_IN_BYTES$/,
-    'the over-limit cache is OVER_LIMIT_CACHE_SIZE, in entries',
+    'the over-limit cache is OVER_LIMIT_CACHE_SIZE, in entries (under COMPAT_MODE=reference, a size above 0 turns it on)',
     (v) => v === '0',
   ],
   [/^REDIS_PERSECOND/, 'per-second limits share the one Redis of REDIS_URL'],
@@ -48,8 +48,8 @@ const REFERENCE_ONLY: readonly [RegExp, string, ((value: string) => boolean)?][]
   [/^REDIS_(SENTINEL_AUTH|HEALTH_CHECK_ACTIVE_CONNECTION|STARTUP_.*)$/, 'not used by tollgate'],
   [/^EXPIRATION_JITTER_MAX_SECONDS$/, 'counters expire exactly when they stop mattering'],
   [
-    /^(USE_STATSD|USE_DOG_STATSD|USE_DOG_STATSD_MOGRIFIERS|STATSD_HOST|STATSD_PORT|STATS_FLUSH_INTERVAL|EXTRA_TAGS|DISABLE_STATS)$/,
-    'there is no statsd output; metrics are on GET /metrics',
+    /^(USE_DOG_STATSD|USE_DOG_STATSD_MOGRIFIERS|DISABLE_STATS)$/,
+    "statsd goes out in the reference's plain form (USE_STATSD=true), and metrics are on GET /metrics",
     (v) => /^(false|0)$/i.test(v),
   ],
   [
@@ -57,7 +57,6 @@ const REFERENCE_ONLY: readonly [RegExp, string, ((value: string) => boolean)?][]
     'metrics are on GET /metrics of the HTTP port (PORT)',
   ],
   [/^(DEBUG_HOST|DEBUG_PORT)$/, 'there is no debug port'],
-  [/^STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT$/, 'not supported yet'],
   [
     /^(RUNTIME_WATCH_ROOT|RUNTIME_IGNOREDOTFILES)$/,
     'the rules directory is watched as a whole, and dotfiles are skipped',
@@ -70,9 +69,39 @@ const REFERENCE_ONLY: readonly [RegExp, string, ((value: string) => boolean)?][]
   [/^TRACING_/, 'tracing reads the OTEL_* variables'],
 ];
 
+/**
+ * Reference settings that tollgate reads only in some modes: set outside them, they do nothing.
+ */
+function modeWarnings(env: Record<string, string | undefined>): string[] {
+  const warnings: string[] = [];
+  const reference = /^reference$/i.test(env.COMPAT_MODE ?? '');
+  if (!reference && /^(true|1)$/i.test(env.STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT ?? '')) {
+    warnings.push(
+      'STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true is read only under COMPAT_MODE=reference: ' +
+        'without it, a denied request never increments any counter',
+    );
+  }
+  if (!/^(true|1)$/i.test(env.USE_STATSD ?? '')) {
+    const set = [
+      'STATSD_HOST',
+      'STATSD_PORT',
+      'STATSD_PROTOCOL',
+      'STATS_FLUSH_INTERVAL',
+      'EXTRA_TAGS',
+    ].filter((name) => (env[name] ?? '') !== '');
+    if (set.length > 0) {
+      warnings.push(
+        `${set.join(', ')} ${set.length === 1 ? 'is' : 'are'} set but statsd is off: ` +
+          'tollgate sends statsd only with USE_STATSD=true (the reference sends it by default)',
+      );
+    }
+  }
+  return warnings;
+}
+
 /** One warning per reference setting that is set and not honoured, naming it and its value. */
 export function ignoredReferenceSettings(env: Record<string, string | undefined>): string[] {
-  const warnings: string[] = [];
+  const warnings: string[] = modeWarnings(env);
   for (const [name, value] of Object.entries(env).sort(([a], [b]) => (a < b ? -1 : 1))) {
     if (value === undefined || value === '') continue;
     const known = REFERENCE_ONLY.find(([pattern]) => pattern.test(name));

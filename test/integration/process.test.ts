@@ -146,6 +146,8 @@ describe('the start-up line', () => {
       BACKEND_TYPE: 'memcache',
       LOCAL_CACHE_SIZE_IN_BYTES: '1000000',
       REDIS_PERSECOND_URL: `redis://proc:${PASSWORD}@127.0.0.1:1`,
+      STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true',
+      STATSD_HOST: 'statsd.internal',
     });
     const lines = tollgate
       .stdout()
@@ -158,11 +160,15 @@ describe('the start-up line', () => {
       rules: { domains: 1, rules: 1 },
       failureMode: 'error',
       redisTimeoutMs: 15,
+      compatMode: 'off',
+      statsd: 'off (USE_STATSD=true to send it; the reference sends it by default)',
     });
     const warnings = lines.filter((line) => line.level === 40).map((line) => line.msg);
     expect(warnings).toEqual([
+      'STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true is read only under COMPAT_MODE=reference: without it, a denied request never increments any counter',
+      'STATSD_HOST is set but statsd is off: tollgate sends statsd only with USE_STATSD=true (the reference sends it by default)',
       'BACKEND_TYPE=memcache is set but not used by tollgate: counters are in Redis (REDIS_URL) or in memory',
-      'LOCAL_CACHE_SIZE_IN_BYTES=1000000 is set but not used by tollgate: the over-limit cache is OVER_LIMIT_CACHE_SIZE, in entries',
+      'LOCAL_CACHE_SIZE_IN_BYTES=1000000 is set but not used by tollgate: the over-limit cache is OVER_LIMIT_CACHE_SIZE, in entries (under COMPAT_MODE=reference, a size above 0 turns it on)',
       'REDIS_PERSECOND_URL is set but not used by tollgate: per-second limits share the one Redis of REDIS_URL',
     ]);
     expect(tollgate.stdout()).not.toContain(PASSWORD);

@@ -8,7 +8,7 @@ import { startRedis, storeSettings, type TestRedis } from '../support/redis.js';
 
 // Random request traces on one injected clock, through the in-memory store and through Redis:
 // every decision must be identical, since the TypeScript algorithms mirror the Lua ones, with
-// every mix of shadow, quota and overdraw counters.
+// every mix of shadow, quota, overdraw and reference-counted counters.
 
 let redis: TestRedis;
 let store: Store;
@@ -41,11 +41,20 @@ const counterSpec = fc.record({
   shadow: fc.boolean(),
   quota: fc.boolean(),
   overdraw: fc.boolean(),
+  // COMPAT_MODE=reference's counting, for fixed windows.
+  reference: fc.option(
+    fc.record({ stop: fc.boolean(), held: fc.boolean(), cached: fc.boolean() }),
+    {
+      freq: 2,
+    },
+  ),
 });
 const step = fc.record({
   advanceMs: fc.oneof(fc.integer({ min: 0, max: 50 }), fc.integer({ min: 0, max: 90_000 })),
   counters: fc.uniqueArray(fc.integer({ min: 0, max: 3 }), { minLength: 1, maxLength: 3 }),
   cost: fc.oneof(fc.integer({ min: 0, max: 4 }), fc.constant(2 ** 33)),
+  /** A second descriptor on the first counter, as reference counting sends them: unmerged. */
+  twice: fc.option(fc.integer({ min: 0, max: 3 }), { freq: 3 }),
 });
 
 describe('the in-memory store and Redis', () => {
@@ -62,7 +71,7 @@ describe('the in-memory store and Redis', () => {
           const memory = createMemoryStore({ clock: () => now });
           try {
             const trace: { checks: CounterCheck[]; nowMs: number }[] = [];
-            for (const { advanceMs, counters, cost } of steps) {
+            for (const { advanceMs, counters, cost, twice } of steps) {
               now += advanceMs;
               const checks: CounterCheck[] = counters.map((i) => {
                 const spec = specs[i]!;
@@ -84,8 +93,13 @@ describe('the in-memory store and Redis', () => {
                   shadow: spec.shadow,
                   quota: spec.quota,
                   overdraw: spec.overdraw,
+                  ...(spec.reference && spec.algorithm === 'fixed_window'
+                    ? { reference: { ...spec.reference } }
+                    : {}),
                 };
               });
+              const first = checks[0]!;
+              if (twice !== null && first.reference) checks.push({ ...first, cost: twice });
               trace.push({ checks, nowMs: now });
             }
             // One after another through each store; and, all at once, through a store that sends

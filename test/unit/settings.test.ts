@@ -527,3 +527,67 @@ describe('a bad setting that holds a password', () => {
     );
   });
 });
+
+describe('COMPAT_MODE=reference', () => {
+  it("takes the reference's defaults: fixed windows, no IETF headers, no over-limit cache", () => {
+    expect(readSettings({ COMPAT_MODE: 'reference' })).toMatchObject({
+      compatMode: 'reference',
+      defaultAlgorithm: 'fixed_window',
+      rateLimitHeaders: 'none',
+      overLimitCacheSize: 0,
+      stopIncrementWhenOverLimit: false,
+    });
+    expect(readSettings({})).toMatchObject({
+      compatMode: 'off',
+      defaultAlgorithm: 'sliding_window',
+      rateLimitHeaders: 'ietf',
+      overLimitCacheSize: 10_000,
+    });
+  });
+
+  it('keeps what is set explicitly, and turns the cache on with LOCAL_CACHE_SIZE_IN_BYTES', () => {
+    expect(
+      readSettings({
+        COMPAT_MODE: 'REFERENCE',
+        DEFAULT_ALGORITHM: 'token_bucket',
+        RATELIMIT_HEADERS: 'ietf',
+        LOCAL_CACHE_SIZE_IN_BYTES: '1048576',
+        STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true',
+      }),
+    ).toMatchObject({
+      defaultAlgorithm: 'token_bucket',
+      rateLimitHeaders: 'ietf',
+      overLimitCacheSize: 10_000,
+      stopIncrementWhenOverLimit: true,
+    });
+    expect(failure({ COMPAT_MODE: 'go' }).message).toMatch(/^COMPAT_MODE: 'go'/);
+    expect(
+      failure({ COMPAT_MODE: 'reference', LOCAL_CACHE_SIZE_IN_BYTES: 'lots' }).message,
+    ).toMatch(/^LOCAL_CACHE_SIZE_IN_BYTES: 'lots'/);
+  });
+});
+
+describe('statsd settings', () => {
+  it('are off unless USE_STATSD=true, with the reference defaults otherwise', () => {
+    expect(readSettings({}).statsd).toBeUndefined();
+    expect(readSettings({ STATSD_HOST: 'stats' }).statsd).toBeUndefined();
+    expect(readSettings({ USE_STATSD: 'true' }).statsd).toEqual({
+      host: 'localhost',
+      port: 8125,
+      protocol: 'tcp',
+      flushIntervalMs: 10_000,
+      extraTags: {},
+    });
+  });
+
+  it('read EXTRA_TAGS as key:value pairs, and refuse a bad protocol or pair', () => {
+    expect(
+      readSettings({ USE_STATSD: 'true', EXTRA_TAGS: 'a:1, b:two:parts', STATSD_PROTOCOL: 'UDP' })
+        .statsd,
+    ).toMatchObject({ protocol: 'udp', extraTags: { a: '1', b: 'two:parts' } });
+    expect(failure({ USE_STATSD: 'true', EXTRA_TAGS: 'a:1,b' }).message).toMatch(
+      /^EXTRA_TAGS: 'b' is not key:value/,
+    );
+    expect(failure({ STATSD_PROTOCOL: 'quic' }).message).toMatch(/^STATSD_PROTOCOL: 'quic'/);
+  });
+});

@@ -1,0 +1,236 @@
+/**
+ * The reference's statsd output (USE_STATSD=true): its stat names, counted in memory and sent
+ * every STATS_FLUSH_INTERVAL through hot-shots, over TCP (the reference's default) or UDP.
+ *
+ * Counters (the value sent is what was added since the last flush; nothing is sent for 0):
+ * - `ratelimit.service.rate_limit.DOMAIN.KEY.{total_hits, over_limit, near_limit, within_limit,
+ *   shadow_mode, over_limit_with_local_cache}`, KEY being the reference's stats key below the
+ *   domain (its parts joined by '.', as in the Prometheus series; see rules/metricKey.ts);
+ * - `ratelimit.service.rate_limit.DOMAIN.domain_not_found`, once per descriptor of a check for
+ *   a domain without rules, as the reference counts it;
+ * - `ratelimit.service.config_load_success`, `ratelimit.service.config_load_error`;
+ * - `ratelimit.service.global_shadow_mode`;
+ * - `ratelimit.service.call.should_rate_limit.redis_error` (a store failure) and `.service_error`
+ *   (a request refused as malformed);
+ * - `ratelimit_server.ShouldRateLimit.total_requests`.
+ * Timer: `ratelimit_server.ShouldRateLimit.response_time`, in ms, one line per call, buffered
+ * until the next flush or until a packet is full.
+ *
+ * EXTRA_TAGS are appended to every name in the reference's form, `NAME.__key=value`, sorted by
+ * key, with '.', ':' and '|' of keys and values made '_'.
+ *
+ * Bounded: descriptor-valued keys (detailed_metric, value_to_metric) take at most
+ * METRICS_MAX_DETAILED_SERIES distinct names, as the Prometheus series do; past that their hits
+ * are counted under `DOMAIN._overflow`. A statsd server that is down or slow costs nothing but
+ * the lost stats: sends never wait, and their errors are logged at most once a minute.
+ */
+import StatsD from 'hot-shots';
+import type { CheckEvent, RuleOutcome } from './outcome.js';
+import { splitHits } from './outcome.js';
+import { statName } from './rules/metricKey.js';
+import { OVERFLOW_KEY, type Metrics } from './metrics.js';
+
+export interface StatsdSettings {
+  host: string;
+  port: number;
+  protocol: 'tcp' | 'udp';
+  flushIntervalMs: number;
+  /** EXTRA_TAGS, parsed. */
+  extraTags: Readonly<Record<string, string>>;
+}
+
+export interface StatsdOptions {
+  /** Distinct descriptor-valued stats keys, in total (METRICS_MAX_DETAILED_SERIES). */
+  maxDetailedSeries: number;
+  /** A send failed: the statsd server is unreachable, say. Called at most once a minute. */
+  onError?: (error: Error) => void;
+}
+
+export interface Statsd {
+  observe(event: CheckEvent): void;
+  latency(seconds: number): void;
+  invalidRequest(): void;
+  configLoad(ok: boolean): void;
+  /** Sends what is counted now. */
+  flush(): void;
+  /** A last flush, then the socket closes. */
+  close(): Promise<void>;
+}
+
+const RULE_STATS = [
+  ['total_hits', 'totalHits'],
+  ['over_limit', 'over'],
+  ['near_limit', 'near'],
+  ['within_limit', 'within'],
+  ['shadow_mode', 'shadow'],
+  ['over_limit_with_local_cache', 'localCache'],
+] as const;
+
+/** One rule key's stat names, built once. */
+type RuleNames = Record<(typeof RULE_STATS)[number][1], string>;
+
+export function createStatsd(settings: StatsdSettings, options: StatsdOptions): Statsd {
+  const tags = serializeTags(settings.extraTags);
+  const name = (stat: string) => `${stat}${tags}`;
+  const pending = new Map<string, number>();
+  const ruleNames = new Map<string, RuleNames>();
+  let detailedNames = 0;
+  let lastError = 0;
+
+  const client = new StatsD({
+    host: settings.host,
+    port: settings.port,
+    protocol: settings.protocol,
+    // Lines wait for the flush, or until a packet is full.
+    maxBufferSize: settings.protocol === 'udp' ? 1_432 : 8_192,
+    bufferFlushInterval: settings.flushIntervalMs,
+    datadog: false,
+    includeDataDogTags: false,
+    includeDatadogTelemetry: false,
+    errorHandler: (error: Error) => {
+      const now = Date.now();
+      if (now - lastError < 60_000) return;
+      lastError = now;
+      options.onError?.(error);
+    },
+  });
+
+  const add = (stat: string, value: number) => {
+    if (value > 0) pending.set(stat, (pending.get(stat) ?? 0) + value);
+  };
+  const names = {
+    configLoadSuccess: name('ratelimit.service.config_load_success'),
+    configLoadError: name('ratelimit.service.config_load_error'),
+    globalShadowMode: name('ratelimit.service.global_shadow_mode'),
+    redisError: name('ratelimit.service.call.should_rate_limit.redis_error'),
+    serviceError: name('ratelimit.service.call.should_rate_limit.service_error'),
+    totalRequests: name('ratelimit_server.ShouldRateLimit.total_requests'),
+    responseTime: name('ratelimit_server.ShouldRateLimit.response_time'),
+  };
+
+  function namesOf(rule: RuleOutcome): RuleNames {
+    const key = `${statName(rule.domain)}.${rule.metricKey.join('.')}`;
+    let known = ruleNames.get(key);
+    if (known !== undefined) return known;
+    if (rule.detailed) {
+      if (detailedNames >= options.maxDetailedSeries) {
+        return namesOf({ ...rule, metricKey: [OVERFLOW_KEY], detailed: false });
+      }
+      detailedNames++;
+    }
+    const prefix = `ratelimit.service.rate_limit.${key}`;
+    known = Object.fromEntries(
+      RULE_STATS.map(([stat, field]) => [field, name(`${prefix}.${stat}`)]),
+    ) as RuleNames;
+    ruleNames.set(key, known);
+    return known;
+  }
+
+  const notFound = new Map<string, string>();
+  function notFoundName(domain: string): string {
+    let known = notFound.get(domain);
+    if (known !== undefined) return known;
+    if (detailedNames >= options.maxDetailedSeries) {
+      return name(`ratelimit.service.rate_limit.${OVERFLOW_KEY}.domain_not_found`);
+    }
+    detailedNames++;
+    known = name(`ratelimit.service.rate_limit.${statName(domain)}.domain_not_found`);
+    notFound.set(domain, known);
+    return known;
+  }
+
+  const timer = setInterval(() => statsd.flush(), settings.flushIntervalMs);
+  timer.unref();
+
+  const statsd: Statsd = {
+    observe(event) {
+      try {
+        for (const rule of event.rules) {
+          if (!(rule.hits >= 0 && rule.hits <= Number.MAX_SAFE_INTEGER)) continue;
+          const ruleStats = namesOf(rule);
+          const split = splitHits(rule);
+          add(ruleStats.totalHits, rule.hits);
+          add(ruleStats.over, split.over);
+          add(ruleStats.near, split.near);
+          add(ruleStats.within, split.within);
+          add(ruleStats.shadow, split.shadow);
+          add(ruleStats.localCache, split.localCache);
+        }
+        // Counted per descriptor, as the reference looks each one up. Clients choose domains,
+        // so their names share the cap of descriptor-valued keys.
+        if (event.unknownDomain)
+          add(notFoundName(event.check.domain), event.check.descriptors.length);
+        if (event.globalShadow) add(names.globalShadowMode, 1);
+        if (event.storeError !== undefined) add(names.redisError, 1);
+      } catch {
+        // Stats must never fail a check.
+      }
+    },
+    latency(seconds) {
+      add(names.totalRequests, 1);
+      if (seconds >= 0 && Number.isFinite(seconds)) {
+        client.timing(names.responseTime, Math.round(seconds * 1_000_000) / 1_000);
+      }
+    },
+    invalidRequest() {
+      add(names.totalRequests, 1);
+      add(names.serviceError, 1);
+    },
+    configLoad(ok) {
+      add(ok ? names.configLoadSuccess : names.configLoadError, 1);
+    },
+    flush() {
+      for (const [stat, value] of pending) client.increment(stat, value);
+      pending.clear();
+    },
+    async close() {
+      clearInterval(timer);
+      statsd.flush();
+      // A server that never answered must not hold the shutdown.
+      let timeout: NodeJS.Timeout | undefined;
+      await Promise.race([
+        new Promise<void>((resolve) => client.close(() => resolve())),
+        new Promise<void>((resolve) => (timeout = setTimeout(resolve, 1_000))),
+      ]);
+      clearTimeout(timeout);
+    },
+  };
+  return statsd;
+}
+
+/** The reference's stats library's tag form: `.__key=value` per tag, sorted by key. */
+function serializeTags(tags: Readonly<Record<string, string>>): string {
+  const clean = (s: string) => s.replace(/[.:|]/g, '_');
+  return Object.keys(tags)
+    .filter((key) => key !== '' && tags[key] !== '')
+    .sort()
+    .map((key) => `.__${clean(key)}=${clean(tags[key] as string)}`)
+    .join('');
+}
+
+/** Metrics that also count into statsd. */
+export function withStatsd(metrics: Metrics, statsd: Statsd | undefined): Metrics {
+  if (statsd === undefined) return metrics;
+  return {
+    ...metrics,
+    observe(event) {
+      metrics.observe(event);
+      statsd.observe(event);
+    },
+    observeLatency(seconds, outcome) {
+      metrics.observeLatency(seconds, outcome);
+      statsd.latency(seconds);
+    },
+    invalidRequest() {
+      metrics.invalidRequest();
+      statsd.invalidRequest();
+    },
+    configLoad(ok) {
+      metrics.configLoad(ok);
+      statsd.configLoad(ok);
+    },
+    get contentType() {
+      return metrics.contentType;
+    },
+  };
+}
