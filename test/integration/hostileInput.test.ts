@@ -881,7 +881,8 @@ descriptors:
     const bytesPerKey = sizes.reduce((sum, n) => sum + n, 0) / sizes.length;
     const usedPerKey = Math.max(...samples.filter((x) => x.keys > 1_000).map((x) => x.bytesPerKey));
     const expiring = performance.now();
-    await eventually(async () => (await redis.client.dbsize()) === 0, 10_000);
+    // Redis's active expiry gets to 100,000 expired keys in seconds, slower on a busy machine.
+    await eventually(async () => (await redis.client.dbsize()) === 0, 40_000);
     const expiredMs = performance.now() - expiring;
     const after = (await memory()) - baseline;
     console.log(
@@ -901,5 +902,5 @@ descriptors:
     expect(usedPerKey).toBeLessThan(400);
     expect(after).toBeLessThan(2_000_000);
     await store.close();
-  }, 60_000);
+  }, 90_000);
 });
