@@ -1,4 +1,5 @@
 import type { Variant } from './variants.js';
+import type { VersusPlan } from './versus.js';
 
 /**
  * How long and how hard each part of the bench runs. `--quick` exists to prove the bench works
@@ -32,6 +33,8 @@ export interface Plan {
   memory: { seconds: number; rps: number; keys: number; sampleSeconds: number };
   /** Closed-loop throughput of the Redis store as shipped and with one lever changed. */
   variants: { variants: Variant[]; seconds: number; rounds: number };
+  /** Side by side with envoyproxy/ratelimit (bench/versus.ts). */
+  versus: VersusPlan;
   /** Concurrent requests to one limited key while ghz loads the service. */
   admission: { requests: number; concurrency: number; channels: number; loadSeconds: number };
 }
@@ -121,5 +124,16 @@ export function makePlan(mode: Mode): Plan {
       rounds: quick ? 1 : 3,
     },
     admission: { requests: 4_000, concurrency: 200, channels: 4, loadSeconds: quick ? 2 : 5 },
+    versus: {
+      closedSeconds: quick ? 1 : 10,
+      warmupSeconds: quick ? 0.5 : 2,
+      rounds: quick ? 1 : 3,
+      tierSeconds: quick ? 1 : 10,
+      tiers: quick ? [1_000, 2_000, 3_000] : [1_000, 2_000, 3_000, 5_000, 10_000, 20_000],
+      costRps: 3_000,
+      concurrency: 50,
+      connections: 4,
+      timeoutMs: 1_000,
+    },
   };
 }

@@ -78,6 +78,8 @@ export function markdownReport(results: BenchResults, chartFile: string): string
       ]),
     ),
     '',
+    ...versusSection(results),
+    '',
     `## Throughput`,
     '',
     `Closed loop: ${plan.throughput.concurrency} concurrent calls on ${plan.throughput.connections} connections, no rate limit, ` +
@@ -330,4 +332,80 @@ export function markdownReport(results: BenchResults, chartFile: string): string
     ]),
   );
   return lines.join('\n');
+}
+
+/** tollgate against envoyproxy/ratelimit, each figure also as a ratio to the reference's. */
+function versusSection(results: BenchResults): string[] {
+  const { versus, plan } = results;
+  const lines = [
+    '## Against envoyproxy/ratelimit',
+    '',
+    `The reference's own server and tollgate, one after another on the same Redis and rules; ` +
+      `${plan.versus.concurrency} concurrent calls on ${plan.versus.connections} connections. ` +
+      `Closed loop: ${plan.versus.closedSeconds} s runs, ${plan.versus.rounds} rounds alternating the services. ` +
+      `Constant rates: ${plan.versus.tierSeconds} s per tier, each service up to one tier past its break ` +
+      '(over 1% errors, or under 95% of the offered rate). CPU per decision is from /proc at ' +
+      `${plan.versus.costRps} req/s; Redis commands per request from INFO commandstats, a script's inner commands included. ` +
+      "The targets compare tollgate with fixed windows, the reference's semantics.",
+    '',
+    ...header(['service', 'REDIS_TIMEOUT']),
+    ...versus.services.map((service) => row([service.title, service.redisTimeout])),
+  ];
+  for (const { scenario, title, entries } of versus.scenarios) {
+    const reference = entries.find((entry) => entry.service === 'reference');
+    const ratio = (mine: number | undefined | null, theirs: number | undefined | null) =>
+      mine === undefined || mine === null || !theirs ? '' : ` (${(mine / theirs).toFixed(2)}×)`;
+    lines.push(
+      '',
+      `### ${title}`,
+      '',
+      ...header([
+        'service',
+        'closed loop req/s',
+        'service CPU µs/decision',
+        'Redis CPU µs/decision',
+        'Redis commands/request',
+        'script calls/request',
+      ]),
+    );
+    for (const entry of entries) {
+      const cost = entry.cost;
+      lines.push(
+        row([
+          entry.service,
+          `${rps(entry.closedLoop.medianRps)}${ratio(entry.closedLoop.medianRps, reference?.closedLoop.medianRps)}`,
+          cost
+            ? `${cost.serviceUs.toFixed(0)}${ratio(cost.serviceUs, reference?.cost?.serviceUs)}`
+            : 'n/a',
+          cost
+            ? `${cost.redisUs.toFixed(0)}${ratio(cost.redisUs, reference?.cost?.redisUs)}`
+            : 'n/a',
+          cost ? cost.commandsPerRequest.toFixed(2) : 'n/a',
+          cost ? cost.scriptCallsPerRequest.toFixed(2) : 'n/a',
+        ]),
+      );
+    }
+    const rates = [...new Set(entries.flatMap((entry) => entry.tiers.map((t) => t.offeredRps)))];
+    lines.push(
+      '',
+      `p50 / p99 in ms, and errors, at constant rates (${scenario}):`,
+      '',
+      ...header(['service', ...rates.map((r) => `${r} req/s`)]),
+    );
+    for (const entry of entries) {
+      lines.push(
+        row([
+          entry.service,
+          ...rates.map((r) => {
+            const tier = entry.tiers.find((t) => t.offeredRps === r);
+            if (!tier) return '';
+            const ms = (v: number | null) => (v === null ? 'n/a' : v.toFixed(2));
+            const mark = tier.verdict === 'ok' ? '' : ` (${tier.verdict})`;
+            return `${ms(tier.p50)} / ${ms(tier.p99)}, ${tier.errors} errors${mark}`;
+          }),
+        ]),
+      );
+    }
+  }
+  return lines;
 }

@@ -2,6 +2,7 @@ import type { AdmissionResult } from './admission.js';
 import type { Machine } from './machine.js';
 import type { MemoryRun } from './memory.js';
 import type { VariantResult } from './variants.js';
+import type { VersusResults } from './versus.js';
 import type { RunResult } from './measure.js';
 import { BREAK, type Plan } from './plan.js';
 import type { LatencySeries, ScenarioRuns, ThroughputService } from './series.js';
@@ -23,6 +24,7 @@ export interface BenchResults {
   admission: AdmissionResult[];
   variants: { runs: RunResult[]; variants: VariantResult[] };
   memory: MemoryRun[];
+  versus: VersusResults;
   targets: Target[];
 }
 
@@ -47,6 +49,7 @@ export function judgeTargets(results: Omit<BenchResults, 'targets'>): Target[] {
       ?.tiers.find((tier) => tier.offeredRps === 5_000)?.latencyMs?.p99 ?? null;
   const p99 = at5k('redis');
   return [
+    ...versusTargets(results.versus),
     {
       name: 'Redis calls per request',
       target: '≤ 1.00',
@@ -96,7 +99,10 @@ export function missingFields(results: BenchResults): string[] {
       number(`${where}.cpu.redis`, run.cpu.redis);
       number(`${where}.redis.scriptCallsPerRequest`, run.redis?.scriptCallsPerRequest);
     }
-    if (run.service !== 'bare' && !run.outcomes) problems.push(`${where}: no outcomes`);
+    // The reference has no /metrics of tollgate's to read outcomes from.
+    if (run.service !== 'bare' && run.service !== 'reference' && !run.outcomes) {
+      problems.push(`${where}: no outcomes`);
+    }
   };
   results.throughput.runs.forEach((run, i) => checkRun(`throughput.runs[${i}]`, run));
   for (const service of results.throughput.services) {
@@ -130,6 +136,15 @@ export function missingFields(results: BenchResults): string[] {
     if (run.samples.length < 2) problems.push(`memory.${run.service}: fewer than 2 samples`);
     if (run.service === 'redis') number(`memory.redis.bytesPerKey`, run.redis?.bytesPerKey);
   }
+  if (results.versus.scenarios.length === 0) problems.push('versus: not run');
+  results.versus.runs.forEach((run, i) => checkRun(`versus.runs[${i}]`, run));
+  for (const { scenario, entries } of results.versus.scenarios) {
+    for (const entry of entries) {
+      number(`versus.${scenario}.${entry.service}.medianRps`, entry.closedLoop.medianRps);
+      number(`versus.${scenario}.${entry.service}.cost.serviceUs`, entry.cost?.serviceUs);
+      number(`versus.${scenario}.${entry.service}.cost.redisUs`, entry.cost?.redisUs);
+    }
+  }
   if (results.admission.length === 0) problems.push('admission: not run');
   for (const check of results.admission)
     number(`admission.${check.service}.allowed`, check.allowed);
@@ -138,3 +153,69 @@ export function missingFields(results: BenchResults): string[] {
   }
   return problems;
 }
+
+/** The targets against envoyproxy/ratelimit, per scenario: tollgate with fixed windows ÷ it. */
+export function versusTargets(versus: VersusResults): Target[] {
+  const targets: Target[] = [];
+  for (const { scenario, entries } of versus.scenarios) {
+    const reference = entries.find((entry) => entry.service === 'reference');
+    const tollgate = entries.find((entry) => entry.service === 'tollgate-fixed');
+    if (!reference || !tollgate) continue;
+    const ratio = (a: number | undefined, b: number | undefined) =>
+      a === undefined || b === undefined || !(b > 0) ? null : a / b;
+    const cpu = ratio(tollgate.cost?.serviceUs, reference.cost?.serviceUs);
+    const redisCpu = ratio(tollgate.cost?.redisUs, reference.cost?.redisUs);
+    targets.push(
+      {
+        name: `service CPU per decision ÷ reference, ${scenario}`,
+        target: '≤ 0.80',
+        value: cpu,
+        met: cpu !== null && cpu <= 0.8,
+        note: `at ${reference.cost?.offeredRps ?? '?'} req/s: ${us(tollgate.cost?.serviceUs)} against ${us(reference.cost?.serviceUs)}`,
+      },
+      {
+        name: `Redis CPU per decision ÷ reference, ${scenario}`,
+        target: '≤ 0.50',
+        value: redisCpu,
+        met: redisCpu !== null && redisCpu <= 0.5,
+        note: `${us(tollgate.cost?.redisUs)} against ${us(reference.cost?.redisUs)}; Redis commands per request ${fixed(tollgate.cost?.commandsPerRequest)} against ${fixed(reference.cost?.commandsPerRequest)}`,
+      },
+    );
+    const tiersCompared = [1_000, 2_000, 3_000].map((rps) => ({
+      rps,
+      mine: tollgate.tiers.find((tier) => tier.offeredRps === rps)?.p99 ?? undefined,
+      theirs: reference.tiers.find((tier) => tier.offeredRps === rps)?.p99 ?? undefined,
+    }));
+    const p99Ratios = tiersCompared.map(({ mine, theirs }) => ratio(mine, theirs));
+    const worst = p99Ratios.some((r) => r === null) ? null : Math.max(...(p99Ratios as number[]));
+    targets.push({
+      name: `p99 ÷ reference at 1,000, 2,000 and 3,000 req/s, ${scenario}`,
+      target: '≤ 1.00',
+      value: worst,
+      met: worst !== null && worst <= 1,
+      note: tiersCompared
+        .map(({ rps, mine, theirs }) => `${rps}: ${fixed(mine)} against ${fixed(theirs)} ms`)
+        .join('; '),
+    });
+    const below = tollgate.tiers.filter(
+      (tier) => reference.breakRps === null || tier.offeredRps < reference.breakRps,
+    );
+    const errors = below.reduce((sum, tier) => sum + tier.errors, 0);
+    targets.push({
+      name: `errors below the reference's break, ${scenario}`,
+      target: '0',
+      value: errors,
+      met: errors === 0 && below.length > 0,
+      note:
+        reference.breakRps === null
+          ? `the reference did not break up to ${Math.max(...reference.tiers.map((t) => t.offeredRps))} req/s`
+          : `the reference broke at ${reference.breakRps} req/s; tollgate's tiers below it: ${below.map((t) => t.offeredRps).join(', ')}`,
+    });
+  }
+  return targets;
+}
+
+const us = (value: number | undefined) =>
+  value === undefined || !Number.isFinite(value) ? 'n/a' : `${value.toFixed(0)} µs`;
+const fixed = (value: number | undefined | null) =>
+  value === undefined || value === null || !Number.isFinite(value) ? 'n/a' : value.toFixed(2);

@@ -18,6 +18,7 @@ import { judgeTargets, missingFields, type BenchResults } from './results.js';
 import { log, runLatency, runScenarios, runThroughput } from './series.js';
 import { startBare, startRedis, startTollgate, type RedisServer } from './services.js';
 import { runVariants } from './variants.js';
+import { runVersus } from './versus.js';
 
 /**
  * The bench, run by `npm run bench` (scripts/bench.mjs builds it and ghz first). Usage:
@@ -72,6 +73,8 @@ async function main(): Promise<number> {
       log(`the machine is busy (load average ${machine.loadAverage.start}): expect low numbers`);
     }
     redis = await startRedis();
+    // First, on a fresh Redis: tollgate against envoyproxy/ratelimit, which operators ask first.
+    const versus = await runVersus(ghz, redis, repoRoot, plan.versus);
     const bare = await startBare(benchDir);
     const withRedis = await startTollgate({
       repoRoot,
@@ -127,6 +130,7 @@ async function main(): Promise<number> {
       admission,
       variants,
       memory,
+      versus,
     };
     const results: BenchResults = { ...partial, targets: judgeTargets(partial) };
     const base = join(repoRoot, 'bench', 'results', name);

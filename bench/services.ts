@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -7,10 +7,18 @@ import { freePort } from '../test/support/ports.js';
 import { stopChild, track } from './children.js';
 import { waitUntilAnswering } from './rlsClient.js';
 import { READY_REQUEST, RULES_YAML } from './scenarios.js';
+import { VERSUS_READY, VERSUS_RULES_YAML } from './versusScenarios.js';
 
 /** The processes under test, each started here on a free port of 127.0.0.1. */
 /** `redis-NAME`: the Redis store with a setting changed, for the levers (bench/variants.ts). */
-export type ServiceName = 'bare' | 'redis' | 'memory' | `redis-${string}`;
+export type ServiceName =
+  | 'bare'
+  | 'redis'
+  | 'memory'
+  | `redis-${string}`
+  | 'reference'
+  | 'tollgate-fixed'
+  | 'tollgate-sliding';
 
 export interface Service {
   name: ServiceName;
@@ -81,7 +89,9 @@ export async function startRedis(): Promise<RedisServer> {
 
 export interface TollgateOptions {
   repoRoot: string;
-  name: Exclude<ServiceName, 'bare'>;
+  name: Exclude<ServiceName, 'bare' | 'reference'>;
+  /** A rules file of its own instead of the bench's (with the request that proves it ready). */
+  rules?: { yaml: string; ready: typeof READY_REQUEST };
   redisUrl?: string;
   workers: number;
   /** Settings beside the bench's own, e.g. `{ REDIS_BATCH_LIMIT: '1' }`. */
@@ -92,7 +102,7 @@ export interface TollgateOptions {
 
 export async function startTollgate(options: TollgateOptions): Promise<Service> {
   const rulesDir = mkdtempSync(join(tmpdir(), 'tollgate-bench-rules-'));
-  writeFileSync(join(rulesDir, 'bench.yaml'), RULES_YAML);
+  writeFileSync(join(rulesDir, 'bench.yaml'), options.rules?.yaml ?? RULES_YAML);
   const [grpcPort, httpPort] = [await freePort(), await freePort()];
   const settings: Record<string, string> = {
     CONFIG_PATH: join(rulesDir, 'bench.yaml'),
@@ -117,7 +127,7 @@ export async function startTollgate(options: TollgateOptions): Promise<Service> 
   const main = join(options.repoRoot, 'dist', 'main.js');
   const { child, stderr } = launch(process.execPath, [...(options.nodeArgs ?? []), main], env);
   const address = `127.0.0.1:${grpcPort}`;
-  await waitUntilAnswering(address, READY_REQUEST, child, stderr);
+  await waitUntilAnswering(address, options.rules?.ready ?? READY_REQUEST, child, stderr);
   const title = options.redisUrl
     ? `tollgate, Redis store${options.name === 'redis' ? '' : ` (${options.name})`}`
     : 'tollgate, in-memory store';
@@ -144,5 +154,59 @@ export async function startBare(benchDir: string): Promise<Service> {
     address,
     pid: pidOf(child),
     settings: {},
+  };
+}
+
+/**
+ * envoyproxy/ratelimit's server, built by scripts/reference.sh into .cache/reference/, on the
+ * bench's Redis with the rules it accepts: its RUNTIME_ROOT layout, Redis over TCP, statsd off
+ * and Prometheus on (with statsd off alone, its stdout sink logs every stat at every flush), and
+ * free ports for everything it listens on. Its own defaults otherwise, REDIS_TIMEOUT included.
+ */
+export async function startReference(repoRoot: string, redis: RedisServer): Promise<Service> {
+  const binary = join(repoRoot, '.cache', 'reference', 'service_cmd');
+  const root = mkdtempSync(join(tmpdir(), 'tollgate-bench-reference-'));
+  const configDir = join(root, 'ratelimit', 'config');
+  mkdirSync(configDir, { recursive: true });
+  writeFileSync(join(configDir, 'versus.yaml'), VERSUS_RULES_YAML);
+  const [grpcPort, port, debugPort, prometheusPort] = [
+    await freePort(),
+    await freePort(),
+    await freePort(),
+    await freePort(),
+  ];
+  const settings: Record<string, string> = {
+    RUNTIME_ROOT: root,
+    RUNTIME_SUBDIRECTORY: 'ratelimit',
+    RUNTIME_WATCH_ROOT: 'false',
+    REDIS_SOCKET_TYPE: 'tcp',
+    REDIS_URL: redis.url.replace(/^redis:\/\//, ''),
+    USE_STATSD: 'false',
+    USE_PROMETHEUS: 'true',
+    LOG_LEVEL: 'warn',
+  };
+  const env = {
+    PATH: process.env.PATH ?? '',
+    HOME: process.env.HOME ?? '',
+    GRPC_HOST: '127.0.0.1',
+    GRPC_PORT: String(grpcPort),
+    HOST: '127.0.0.1',
+    PORT: String(port),
+    DEBUG_HOST: '127.0.0.1',
+    DEBUG_PORT: String(debugPort),
+    PROMETHEUS_ADDR: `127.0.0.1:${prometheusPort}`,
+    ...settings,
+  };
+  const { child, stderr } = launch(binary, [], env);
+  child.once('error', () => {});
+  const address = `127.0.0.1:${grpcPort}`;
+  await waitUntilAnswering(address, VERSUS_READY, child, stderr);
+  return {
+    name: 'reference',
+    title: 'envoyproxy/ratelimit (its Go server), Redis',
+    stop: () => stopChild(child),
+    address,
+    pid: pidOf(child),
+    settings,
   };
 }

@@ -1,6 +1,7 @@
 // `npm run bench [-- --quick] [--out NAME] [--workers N]`: installs ghz (once per version, into
-// .cache/ghz/), builds dist/ and the harness in bench/ (into .cache/bench/), then runs it. The
-// harness starts Redis, tollgate and the bare server itself, and stops them when it ends.
+// .cache/ghz/) and envoyproxy/ratelimit's server (into .cache/reference/, by scripts/reference.sh),
+// builds dist/ and the harness in bench/ (into .cache/bench/), then runs it. The harness starts
+// Redis, tollgate, the reference and the bare server itself, and stops them when it ends.
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, symlinkSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -54,6 +55,8 @@ if (spawnSync('redis-server', ['--version']).status !== 0) {
   fail('the bench needs redis-server on PATH (Debian: apt-get install -y redis-server)');
 }
 const ghz = installGhz();
+// envoyproxy/ratelimit's server, which the bench compares tollgate with (once, into .cache/).
+run('bash', [join(root, 'scripts', 'reference.sh')]);
 build();
 
 const args = process.argv.slice(2);
