@@ -334,8 +334,47 @@ export function markdownReport(results: BenchResults, chartFile: string): string
   return lines.join('\n');
 }
 
+/** The report of `--versus`: its targets, then the section. */
+export function versusReport(
+  results: Pick<
+    BenchResults,
+    | 'name'
+    | 'mode'
+    | 'command'
+    | 'startedAt'
+    | 'durationSeconds'
+    | 'machine'
+    | 'plan'
+    | 'versus'
+    | 'targets'
+  >,
+): string {
+  const { machine } = results;
+  return [
+    `# tollgate against envoyproxy/ratelimit: ${results.name}`,
+    '',
+    `\`${results.command}\`, started ${results.startedAt}, took ${duration(results.durationSeconds)}. ` +
+      `Machine: ${machine.cpuModel}, ${machine.cores} cores; Node ${machine.node}, Redis ${machine.redis}, ghz ${machine.ghz}; ` +
+      `load average ${machine.loadAverage.start.toFixed(2)} at the start.`,
+    '',
+    ...header(['target', 'goal', 'this run', 'met', 'how']),
+    ...results.targets.map((target) =>
+      row([
+        target.name,
+        target.target,
+        target.value === null ? 'n/a' : target.value.toFixed(2),
+        target.met ? 'yes' : 'no',
+        target.note,
+      ]),
+    ),
+    '',
+    ...versusSection(results),
+    '',
+  ].join('\n');
+}
+
 /** tollgate against envoyproxy/ratelimit, each figure also as a ratio to the reference's. */
-function versusSection(results: BenchResults): string[] {
+function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[] {
   const { versus, plan } = results;
   const lines = [
     '## Against envoyproxy/ratelimit',

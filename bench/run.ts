@@ -10,11 +10,11 @@ import { createGhz } from './ghz.js';
 import { describeMachine, finishMachine } from './machine.js';
 import { measure, type Measured } from './measure.js';
 import { BREAK, makePlan } from './plan.js';
-import { markdownReport } from './report.js';
+import { markdownReport, versusReport } from './report.js';
 import { runMemory } from './memory.js';
 import { readProfile, summarizeProfile } from './profile.js';
 import { HEADLINE, SCENARIOS } from './scenarios.js';
-import { judgeTargets, missingFields, type BenchResults } from './results.js';
+import { judgeTargets, missingFields, versusTargets, type BenchResults } from './results.js';
 import { log, runLatency, runScenarios, runThroughput } from './series.js';
 import { startBare, startRedis, startTollgate, type RedisServer } from './services.js';
 import { runVariants } from './variants.js';
@@ -37,6 +37,7 @@ const { values } = parseArgs({
     out: { type: 'string' },
     workers: { type: 'string', default: '1' },
     profile: { type: 'boolean', default: false },
+    versus: { type: 'boolean', default: false },
     scenario: { type: 'string' },
   },
 });
@@ -231,4 +232,43 @@ async function profileRun(): Promise<number> {
   }
 }
 
-process.exitCode = values.profile ? await profileRun() : await main();
+/**
+ * `--versus [--quick]`: only the side-by-side runs with envoyproxy/ratelimit, into
+ * bench/results/versus-MODE.{md,json}, to measure a lever without the whole bench.
+ */
+async function versusRun(): Promise<number> {
+  const started = Date.now();
+  const ghz = createGhz(ghzBinary!, repoRoot);
+  const machine = describeMachine(process.env.BENCH_GHZ_VERSION ?? 'unknown');
+  let redis: RedisServer | undefined;
+  try {
+    redis = await startRedis();
+    const versus = await runVersus(ghz, redis, repoRoot, plan.versus);
+    const targets = versusTargets(versus);
+    const results = {
+      name: `versus-${plan.mode}`,
+      mode: plan.mode,
+      command: process.env.BENCH_COMMAND ?? 'npm run bench -- --versus',
+      startedAt: new Date(started).toISOString(),
+      durationSeconds: (Date.now() - started) / 1000,
+      machine: finishMachine(machine),
+      plan,
+      versus,
+      targets,
+    };
+    const base = join(repoRoot, 'bench', 'results', results.name);
+    writeAtomically(`${base}.json`, `${JSON.stringify(results, null, 2)}\n`);
+    writeAtomically(`${base}.md`, versusReport(results));
+    log(`wrote bench/results/${results.name}.json and .md`);
+    return 0;
+  } finally {
+    redis?.client.disconnect();
+    await stopAll();
+  }
+}
+
+process.exitCode = values.profile
+  ? await profileRun()
+  : values.versus
+    ? await versusRun()
+    : await main();
