@@ -23,6 +23,8 @@ ARGV[3 + 6(i-1) ..]  per key i: algorithm (1 fixed_window, 2 sliding_window, 3 t
                        by the service, so this one is read and not incremented
          128 cached    with reference: the service remembers this counter over; it is neither read
                        for the gate's sake nor incremented, and it denies (unless shadow or quota)
+         256 renew     set the TTL on this write even when the window's first write set it already
+                       (the health probe: so that it runs every command a new counter needs)
 
 The call is allowed when every enforced counter (neither shadow nor quota) fits, and, if there
 are quota counters that gate here, at least one of them fits. Then the enforced counters and the
@@ -89,7 +91,7 @@ if ARGV[1] == 'refund' then
 end
 
 local SHADOW, QUOTA, OVERDRAW, PART = 1, 2, 4, 8
-local REFERENCE, STOP, HELD, CACHED = 16, 32, 64, 128
+local REFERENCE, STOP, HELD, CACHED, RENEW = 16, 32, 64, 128, 256
 local function has(flags, flag)
   return flags % (2 * flag) >= flag
 end
@@ -123,7 +125,7 @@ local function count_as_reference(k, a, n, states, slack)
         if add > 0 then
           s.c = s.c + add
           must('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c))
-          must('PEXPIRE', key, s.window - s.e + slack)
+          expire_once(key, s, s.window - s.e + slack)
         end
         verdicts[i], counts[i] = s.c <= limit, s.c
       end
@@ -145,6 +147,7 @@ local function decide(k, a, n, now, slack)
     local state, err = algorithm.load(KEYS[k + i], now, window)
     -- Nothing of the request is written yet: it fails alone, untouched.
     if not state then return err end
+    if has(flags, RENEW) then state.expiring = false end
     states[i] = state
     if has(flags, REFERENCE) then
       references = true

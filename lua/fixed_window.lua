@@ -15,6 +15,9 @@ committed although it does not fit) uses up what is left instead of recording no
 Reset: W - e, whether allowed or denied (e = time elapsed in the window); -1 when the cost
 exceeds the limit and never fits.
 
+TTL: the rest of the window (plus the slack), set by the first write of each window only: every
+later write in it would set the same moment again (see expire_once in lib.lua).
+
   refund(key, at, W, L, B, cost)    -> true when it gave the cost back to window floor(at / W)
 
 Refund: the cost comes off c while the window it was consumed in is still the current one. Once
@@ -31,7 +34,9 @@ ALGORITHMS[1] = {
     local index = math.floor(now / window)
     local count = 0
     if v[2] == index then count = v[3] or 0 end
-    return { now = now, window = window, index = index, e = now - index * window, c = count }
+    -- A key already written in this window already expires when the window does.
+    return { now = now, window = window, index = index, e = now - index * window, c = count,
+             expiring = v[2] == index }
   end,
 
   fits = function(s, limit, _, need)
@@ -44,7 +49,7 @@ ALGORITHMS[1] = {
     if commit and cost > 0 then
       s.c = math.max(s.c, math.min(s.c + cost, limit))
       must('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c))
-      must('PEXPIRE', key, rest + slack)
+      expire_once(key, s, rest + slack)
     end
     if fits == nil then return math.max(0, limit - s.c), -1 end
     return math.max(0, limit - s.c), rest

@@ -58,6 +58,17 @@ local function read_fields(key, ...)
   return fields
 end
 
+-- Sets a window counter's TTL on its first write in the window. The TTL ends at a moment fixed
+-- by the window (its end, or one window later, plus the slack), so a later write in the same
+-- window would set the same moment again: it is skipped, one command less per counter. Redis
+-- and the service's clock run at the same rate, and the slack covers instances whose clocks
+-- disagree (see dispatch.lua).
+local function expire_once(key, state, ttl)
+  if state.expiring then return end
+  must('PEXPIRE', key, ttl)
+  state.expiring = true
+end
+
 -- Split point for the exact products: factors below 2^33 times halves below 2^20 stay below 2^53.
 local SPLIT = 1048576 -- 2^20
 

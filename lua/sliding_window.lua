@@ -42,8 +42,9 @@ ALGORITHMS[2] = {
     elseif w == index - 1 then
       previous = v[3] or 0
     end
+    -- A key already written in this window already expires one window after it.
     return { now = now, window = window, index = index, e = now - index * window,
-             c = current, p = previous }
+             c = current, p = previous, expiring = w == index }
   end,
 
   fits = function(s, limit, _, need)
@@ -60,7 +61,7 @@ ALGORITHMS[2] = {
     if commit and cost > 0 then
       s.c = math.max(s.c, math.min(s.c + cost, limit - weighted))
       must('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c), 'p', int(s.p))
-      must('PEXPIRE', key, 2 * W - e + slack)
+      expire_once(key, s, 2 * W - e + slack)
     end
     local remaining = math.max(0, limit - s.c - weighted)
 

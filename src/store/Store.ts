@@ -68,6 +68,8 @@ export interface CounterCheck {
   overdraw: boolean;
   /** COMPAT_MODE=reference, fixed windows only: counted as envoyproxy/ratelimit counts. */
   reference?: ReferenceCounting;
+  /** Set the TTL on this write even if the window's first write did (the health probe). */
+  renew?: boolean;
 }
 
 /**

@@ -40,6 +40,8 @@ export function probeArgs(key: string, nowMs: number | undefined): ScriptArgs {
     shadow: false,
     quota: false,
     overdraw: false,
+    // Every command a new counter needs, PEXPIRE included, whatever the probe wrote before.
+    renew: true,
   };
   return decideArgs([check], { nowMs, skewToleranceMs: 0 });
 }
@@ -55,6 +57,7 @@ const REFERENCE = 16;
 const STOP = 32;
 const HELD = 64;
 const CACHED = 128;
+const RENEW = 256;
 
 function referenceFlags(check: CounterCheck): number {
   const counting = check.reference;
@@ -111,6 +114,7 @@ function pushCounters(args: ScriptArgs, checks: readonly CounterCheck[], part: b
         (check.quota ? QUOTA : 0) +
         (check.overdraw ? OVERDRAW : 0) +
         (part ? PART : 0) +
+        (check.renew ? RENEW : 0) +
         referenceFlags(check),
     );
   }
