@@ -6,6 +6,9 @@ import { parseStat, treeCpuSeconds, treeRssBytes } from '../../bench/procstat.js
 import { summarizeProfile } from '../../bench/profile.js';
 import { breakReasons } from '../../bench/series.js';
 import { RULES_YAML, SCENARIOS } from '../../bench/scenarios.js';
+import { versusTargets } from '../../bench/results.js';
+import type { VersusEntry, VersusResults } from '../../bench/versus.js';
+import { VERSUS_RULES_YAML, VERSUS_SCENARIOS } from '../../bench/versusScenarios.js';
 import { startTollgate, type Tollgate } from '../support/tollgate.js';
 
 // The bench itself runs as `npm run bench -- --quick` (CI) since it needs ghz and takes a minute.
@@ -37,6 +40,83 @@ describe("the bench's rules and scenarios", () => {
         expect(answers.slice(-5)).toEqual(Array(5).fill('OVER_LIMIT'));
       else expect(answers, scenario.name).toEqual(Array(20).fill('OK'));
     }
+  });
+});
+
+describe('the comparison with envoyproxy/ratelimit', () => {
+  it('uses rules without tollgate-only keys, under which its scenarios are allowed', async () => {
+    expect(VERSUS_RULES_YAML).not.toMatch(/algorithm|window:|burst|overdraw/);
+    const versus = await startTollgate({
+      rules: VERSUS_RULES_YAML,
+      env: { DEFAULT_ALGORITHM: 'fixed_window' },
+    });
+    try {
+      for (const scenario of VERSUS_SCENARIOS) {
+        const answer = await versus.check(scenario.request);
+        expect(answer.overall_code, scenario.name).toBe('OK');
+        expect(
+          answer.statuses?.every((status) => status.current_limit),
+          scenario.name,
+        ).toBe(true);
+      }
+    } finally {
+      await versus.stop();
+    }
+  });
+
+  const entry = (service: string, fields: Partial<VersusEntry>): VersusEntry => ({
+    service,
+    closedLoop: { runsRps: [1_000], medianRps: 1_000 },
+    cost: {
+      offeredRps: 3_000,
+      serviceUs: 200,
+      redisUs: 30,
+      commandsPerRequest: 2,
+      scriptCallsPerRequest: 0,
+    },
+    tiers: [1_000, 2_000, 3_000, 5_000].map((offeredRps) => ({
+      offeredRps,
+      achievedRps: offeredRps,
+      p50: 0.5,
+      p99: 2,
+      errors: 0,
+      errorRate: 0,
+      verdict: 'ok' as const,
+    })),
+    breakRps: null,
+    ...fields,
+  });
+
+  it('judges tollgate with fixed windows against the reference, as ratios', () => {
+    const reference = entry('reference', { breakRps: 5_000 });
+    const tollgate = entry('tollgate-fixed', {
+      cost: {
+        offeredRps: 3_000,
+        serviceUs: 150,
+        redisUs: 20,
+        commandsPerRequest: 3,
+        scriptCallsPerRequest: 1,
+      },
+    });
+    tollgate.tiers[3]!.errors = 9; // at the reference's break: not judged
+    const results: VersusResults = {
+      services: [],
+      runs: [],
+      scenarios: [{ scenario: 'one-descriptor', title: '', entries: [reference, tollgate] }],
+    };
+    const judged = versusTargets(results).map(({ name, value, met }) => ({ name, value, met }));
+    expect(judged).toEqual([
+      { name: 'service CPU per decision ÷ reference, one-descriptor', value: 0.75, met: true },
+      { name: 'Redis CPU per decision ÷ reference, one-descriptor', value: 20 / 30, met: false },
+      {
+        name: 'p99 ÷ reference at 1,000, 2,000 and 3,000 req/s, one-descriptor',
+        value: 1,
+        met: true,
+      },
+      { name: "errors below the reference's break, one-descriptor", value: 0, met: true },
+    ]);
+    tollgate.tiers[1]!.errors = 1;
+    expect(versusTargets(results)[3]).toMatchObject({ value: 1, met: false });
   });
 });
 
