@@ -67,16 +67,7 @@ export function markdownReport(results: BenchResults, chartFile: string): string
     '',
     '## Targets',
     '',
-    ...header(['target', 'goal', 'this run', 'met', 'how']),
-    ...results.targets.map((target) =>
-      row([
-        target.name,
-        target.target,
-        target.value === null ? 'n/a' : target.value.toFixed(2),
-        target.met ? 'yes' : 'no',
-        target.note,
-      ]),
-    ),
+    ...targetsTable(results.targets),
     '',
     ...versusSection(results),
     '',
@@ -357,16 +348,7 @@ export function versusReport(
       `Machine: ${machine.cpuModel}, ${machine.cores} cores; Node ${machine.node}, Redis ${machine.redis}, ghz ${machine.ghz}; ` +
       `load average ${machine.loadAverage.start.toFixed(2)} at the start.`,
     '',
-    ...header(['target', 'goal', 'this run', 'met', 'how']),
-    ...results.targets.map((target) =>
-      row([
-        target.name,
-        target.target,
-        target.value === null ? 'n/a' : target.value.toFixed(2),
-        target.met ? 'yes' : 'no',
-        target.note,
-      ]),
-    ),
+    ...targetsTable(results.targets),
     '',
     ...versusSection(results),
     '',
@@ -447,4 +429,19 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
     }
   }
   return lines;
+}
+
+function targetsTable(targets: BenchResults['targets']): string[] {
+  return [
+    ...header(['target', 'goal', 'this run', 'met', 'how']),
+    ...targets.map((target) =>
+      row([
+        target.name,
+        target.target,
+        target.value === null ? 'n/a' : target.value.toFixed(2),
+        target.met ? 'yes' : 'no',
+        target.note,
+      ]),
+    ),
+  ];
 }
