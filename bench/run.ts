@@ -38,6 +38,7 @@ const { values } = parseArgs({
     workers: { type: 'string', default: '1' },
     profile: { type: 'boolean', default: false },
     versus: { type: 'boolean', default: false },
+    env: { type: 'string', multiple: true, default: [] },
     scenario: { type: 'string' },
   },
 });
@@ -55,6 +56,17 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     log(`${signal}: stopping every process the bench started`);
     void stopAll(1_000).then(() => process.exit(130));
   });
+}
+
+/** `--env NAME=VALUE` (repeatable): settings for the tollgates of `--versus`, to try a lever. */
+function tollgateEnv(): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const pair of values.env ?? []) {
+    const at = pair.indexOf('=');
+    if (at <= 0) throw new Error(`--env: '${pair}' is not NAME=VALUE`);
+    env[pair.slice(0, at)] = pair.slice(at + 1);
+  }
+  return env;
 }
 
 function writeAtomically(path: string, text: string): void {
@@ -233,8 +245,9 @@ async function profileRun(): Promise<number> {
 }
 
 /**
- * `--versus [--quick]`: only the side-by-side runs with envoyproxy/ratelimit, into
- * bench/results/versus-MODE.{md,json}, to measure a lever without the whole bench.
+ * `--versus [--quick] [--out NAME] [--env NAME=VALUE ...]`: only the side-by-side runs with
+ * envoyproxy/ratelimit, into bench/results/NAME.{md,json} (default versus-MODE), to measure a
+ * lever without the whole bench.
  */
 async function versusRun(): Promise<number> {
   const started = Date.now();
@@ -243,10 +256,10 @@ async function versusRun(): Promise<number> {
   let redis: RedisServer | undefined;
   try {
     redis = await startRedis();
-    const versus = await runVersus(ghz, redis, repoRoot, plan.versus);
+    const versus = await runVersus(ghz, redis, repoRoot, plan.versus, tollgateEnv());
     const targets = versusTargets(versus);
     const results = {
-      name: `versus-${plan.mode}`,
+      name: values.out ?? `versus-${plan.mode}`,
       mode: plan.mode,
       command: process.env.BENCH_COMMAND ?? 'npm run bench -- --versus',
       startedAt: new Date(started).toISOString(),

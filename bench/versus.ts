@@ -99,6 +99,8 @@ export async function runVersus(
   redis: RedisServer,
   repoRoot: string,
   plan: VersusPlan,
+  /** Settings for both tollgates, beside the bench's own (a lever to try). */
+  extraEnv: Record<string, string> = {},
 ): Promise<VersusResults> {
   const started: Service[] = [];
   const rules = { yaml: VERSUS_RULES_YAML, ready: VERSUS_READY };
@@ -122,7 +124,7 @@ export async function runVersus(
         workers: 1,
         rules,
         // tollgate's own default, rather than the bench's generous one.
-        env: { ...env, REDIS_TIMEOUT: '15ms' },
+        env: { ...env, REDIS_TIMEOUT: '15ms', ...extraEnv },
       });
       started.push({ ...service, title });
       timeouts.set(name, '15ms (its default)');

@@ -123,6 +123,7 @@ export function createService(options: ServiceOptions): Service {
         onError: (error) => logger.debug({ err: error, kind: error.kind }, 'redis connection'),
         clockSkewToleranceMs: settings.clockSkewToleranceMs,
         batchLimit: settings.redisBatchLimit,
+        batchWindowMs: settings.redisBatchWindowMs,
         keyPrefix: settings.cacheKeyPrefix,
         onSilentConnection: (silentMs, waiting) =>
           logger.warn(

@@ -25,6 +25,8 @@ export interface Settings {
   clock: 'redis' | 'local';
   /** The most requests decided in one Redis script call; 1 sends each on its own. */
   redisBatchLimit: number;
+  /** How long a check may wait for others to share its script call; 0: the loop's turn only. */
+  redisBatchWindowMs: number;
   /** CLOCK=local: how far the clocks of the instances and of Redis may disagree, in ms. */
   clockSkewToleranceMs: number;
   defaultAlgorithm: Algorithm;
@@ -192,6 +194,7 @@ function readAll(env: Env): Settings {
     clock: oneOf(env, 'CLOCK', ['redis', 'local'] as const, 'redis'),
     clockSkewToleranceMs: duration(env, 'CLOCK_SKEW_TOLERANCE', '5s', 0),
     redisBatchLimit: integer(env, 'REDIS_BATCH_LIMIT', 16, 1, 1_000),
+    redisBatchWindowMs: duration(env, 'REDIS_BATCH_WINDOW', '0s', 0),
     defaultAlgorithm: oneOf(
       env,
       'DEFAULT_ALGORITHM',

@@ -13,6 +13,11 @@ import type { CounterCheck, StoreDecision } from './Store.js';
 export interface BatcherOptions {
   /** The most requests in one call; 1 sends every request on its own. */
   limit: number;
+  /**
+   * How long the first request of a batch waits for others (REDIS_BATCH_WINDOW), in ms; 0: only
+   * for the rest of the event loop's turn. Node's timers wait at least 1 ms.
+   */
+  windowMs?: number;
   sendOne(checks: readonly CounterCheck[], nowMs: number | undefined): Promise<StoreDecision>;
   /** Resolves with each request's decision, or the error of a request that failed alone. */
   sendBatch(requests: readonly BatchedDecide[]): Promise<(StoreDecision | Error)[]>;
@@ -25,6 +30,7 @@ interface Queued extends BatchedDecide {
 
 export function createBatcher(options: BatcherOptions) {
   const { limit, sendOne, sendBatch } = options;
+  const windowMs = options.windowMs ?? 0;
   let queue: Queued[] = [];
   let scheduled = false;
 
@@ -69,7 +75,8 @@ export function createBatcher(options: BatcherOptions) {
         send(full);
       } else if (!scheduled) {
         scheduled = true;
-        setImmediate(flush);
+        if (windowMs > 0) setTimeout(flush, windowMs);
+        else setImmediate(flush);
       }
     });
   };

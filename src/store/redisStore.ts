@@ -48,6 +48,8 @@ export interface RedisStoreOptions {
    * for Redis Cluster, whose calls go per slot.
    */
   batchLimit?: number;
+  /** How long a check may wait for others to share its call (see batcher.ts). */
+  batchWindowMs?: number;
   /** CACHE_KEY_PREFIX: the health probe's counter lives under it, as every counter does. */
   keyPrefix?: string;
   /** Told when a silent connection is dropped and opened again (see silence.ts). */
@@ -122,6 +124,7 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
 
   const decideBatched = createBatcher({
     limit: options.batchLimit ?? 1,
+    windowMs: options.batchWindowMs ?? 0,
     async sendOne(checks, nowMs) {
       try {
         const reply = await decide(...decideArgs(checks, { nowMs, skewToleranceMs }));

@@ -3,8 +3,9 @@ import { createRedisStore } from '../../src/store/redisStore.js';
 import type { CounterCheck, Store } from '../../src/store/Store.js';
 import { startRedis, storeSettings, type TestRedis } from '../support/redis.js';
 
-// REDIS_BATCH_LIMIT: decide calls made in the same event-loop turn go to Redis as one script
-// call, of at most that many requests, decided in the order they were made.
+// REDIS_BATCH_LIMIT: decide calls made in the same event-loop turn (or within REDIS_BATCH_WINDOW)
+// go to Redis as one script call, of at most that many requests, decided in the order they were
+// made.
 
 let redis: TestRedis;
 beforeAll(async () => {
@@ -61,6 +62,36 @@ describe.each([
       expect(decisions.slice(0, 50).map((decision) => decision.results[0]?.remaining)).toEqual(
         Array.from({ length: 50 }, (_, i) => 49 - i),
       );
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe('with REDIS_BATCH_WINDOW', () => {
+  it('decides calls made within the window in one script call, in the order made', async () => {
+    // A window far longer than the gaps between the calls, so a busy machine keeps them in it.
+    const store = createRedisStore(storeSettings(redis, { timeoutMs: 5_000 }), {
+      batchLimit: 16,
+      batchWindowMs: 400,
+    });
+    try {
+      await store.ping();
+      await redis.client.config('RESETSTAT');
+      const pending = [];
+      for (let i = 0; i < 5; i++) {
+        pending.push(store.decide([{ ...counter('tg:window'), limit: 3, burst: 3 }], undefined));
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      const decisions = await Promise.all(pending);
+      expect(await scriptCalls()).toBe(1);
+      expect(decisions.map((decision) => decision.allowed)).toEqual([
+        true,
+        true,
+        true,
+        false,
+        false,
+      ]);
     } finally {
       await store.close();
     }
