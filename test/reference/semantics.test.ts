@@ -103,6 +103,11 @@ async function exercise(p: Pair): Promise<void> {
   await send(p, 3, 'shadow', [d('plan', 'twice'), d('plan', 'twice')]);
   // A descriptor without entries is OK with no limit; the others are decided.
   await send(p, 4, 'shadow', [{ entries: [] }, d('plan', 'empty')]);
+  // ... and with a limit override, it is counted under the domain alone.
+  await send(p, 3, 'shadow', [
+    { entries: [], limit: { requests_per_unit: 2, unit: 'HOUR' } },
+    { entries: [] },
+  ]);
   // Per-descriptor hits_addend, including 0, beside the request's.
   await send(p, 3, 'shadow', [
     { ...d('plan', 'h'), hits_addend: { value: '0' } },
