@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -8,6 +8,7 @@ import { stopChild, track } from './children.js';
 import { waitUntilAnswering } from './rlsClient.js';
 import { READY_REQUEST, RULES_YAML } from './scenarios.js';
 import { VERSUS_READY, VERSUS_RULES_YAML } from './versusScenarios.js';
+import { referenceEnv, referenceLayout } from '../test/reference/reference.js';
 
 /** The processes under test, each started here on a free port of 127.0.0.1. */
 /** `redis-NAME`: the Redis store with a setting changed, for the levers (bench/variants.ts). */
@@ -165,38 +166,11 @@ export async function startBare(benchDir: string): Promise<Service> {
  */
 export async function startReference(repoRoot: string, redis: RedisServer): Promise<Service> {
   const binary = join(repoRoot, '.cache', 'reference', 'service_cmd');
-  const root = mkdtempSync(join(tmpdir(), 'tollgate-bench-reference-'));
-  const configDir = join(root, 'ratelimit', 'config');
-  mkdirSync(configDir, { recursive: true });
-  writeFileSync(join(configDir, 'versus.yaml'), VERSUS_RULES_YAML);
-  const [grpcPort, port, debugPort, prometheusPort] = [
-    await freePort(),
-    await freePort(),
-    await freePort(),
-    await freePort(),
-  ];
-  const settings: Record<string, string> = {
-    RUNTIME_ROOT: root,
-    RUNTIME_SUBDIRECTORY: 'ratelimit',
-    RUNTIME_WATCH_ROOT: 'false',
-    REDIS_SOCKET_TYPE: 'tcp',
-    REDIS_URL: redis.url.replace(/^redis:\/\//, ''),
-    USE_STATSD: 'false',
-    USE_PROMETHEUS: 'true',
-    LOG_LEVEL: 'warn',
-  };
-  const env = {
-    PATH: process.env.PATH ?? '',
-    HOME: process.env.HOME ?? '',
-    GRPC_HOST: '127.0.0.1',
-    GRPC_PORT: String(grpcPort),
-    HOST: '127.0.0.1',
-    PORT: String(port),
-    DEBUG_HOST: '127.0.0.1',
-    DEBUG_PORT: String(debugPort),
-    PROMETHEUS_ADDR: `127.0.0.1:${prometheusPort}`,
-    ...settings,
-  };
+  const { root } = referenceLayout({ 'versus.yaml': VERSUS_RULES_YAML });
+  const reference = await referenceEnv(root, redis.url.replace(/^redis:\/\//, ''));
+  const { grpcPort } = reference;
+  const env = { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...reference.env };
+  const settings = reference.env;
   const { child, stderr } = launch(binary, [], env);
   child.once('error', () => {});
   const address = `127.0.0.1:${grpcPort}`;

@@ -63,7 +63,7 @@ import {
   type MetricObjectWithValues,
   type MetricValue,
 } from 'prom-client';
-import type { CheckEvent, RuleOutcome } from './outcome.js';
+import { splitHits, type CheckEvent, type RuleOutcome } from './outcome.js';
 
 export type RpcOutcome = 'ok' | 'over_limit' | 'invalid' | 'unavailable' | 'internal';
 
@@ -348,23 +348,13 @@ export function createMetrics(options: MetricsOptions): Metrics {
           const hits = rule.hits;
           if (!(hits >= 0 && hits <= Number.MAX_SAFE_INTEGER)) continue;
           const s = seriesOf(rule);
+          const counts = splitHits(rule);
           s.totalHits += hits;
-          const counts = rule.counts;
-          if (counts === undefined) {
-            // tollgate's own split (splitHits), without an object per check.
-            if (rule.over) s.overLimit += hits;
-            else {
-              s.withinLimit += hits;
-              if (rule.near) s.nearLimit += hits;
-            }
-            if (rule.shadowed) s.shadowMode += hits;
-          } else {
-            s.overLimit += counts.over;
-            s.withinLimit += counts.within;
-            s.nearLimit += counts.near;
-            s.shadowMode += counts.shadow;
-            s.localCache += counts.localCache;
-          }
+          s.overLimit += counts.over;
+          s.withinLimit += counts.within;
+          s.nearLimit += counts.near;
+          s.shadowMode += counts.shadow;
+          s.localCache += counts.localCache;
         }
         if (event.storeError !== undefined) countStoreError(event.storeError.kind);
         if (event.storeMs > 0 || event.storeError !== undefined) {

@@ -56,15 +56,19 @@ export interface RuleCounts {
   localCache: number;
 }
 
-/** The hits of a rule outcome as each statistic counts them, in either mode. */
-export function splitHits(rule: RuleOutcome): RuleCounts {
+const split: RuleCounts = { over: 0, near: 0, within: 0, shadow: 0, localCache: 0 };
+
+/**
+ * The hits of a rule outcome as each statistic counts them, in either mode. For tollgate's own
+ * split the result is one object reused by every call, so that the hot path allocates nothing:
+ * read it before the next call.
+ */
+export function splitHits(rule: RuleOutcome): Readonly<RuleCounts> {
   if (rule.counts !== undefined) return rule.counts;
   const hits = rule.hits;
-  return {
-    over: rule.over ? hits : 0,
-    near: !rule.over && rule.near ? hits : 0,
-    within: rule.over ? 0 : hits,
-    shadow: rule.shadowed ? hits : 0,
-    localCache: 0,
-  };
+  split.over = rule.over ? hits : 0;
+  split.near = !rule.over && rule.near ? hits : 0;
+  split.within = rule.over ? 0 : hits;
+  split.shadow = rule.shadowed ? hits : 0;
+  return split;
 }

@@ -13,8 +13,8 @@
  * - `ratelimit.service.call.should_rate_limit.redis_error` (a store failure) and `.service_error`
  *   (a request refused as malformed);
  * - `ratelimit_server.ShouldRateLimit.total_requests`.
- * Timer: `ratelimit_server.ShouldRateLimit.response_time`, in ms, one line per call, buffered
- * until the next flush or until a packet is full.
+ * Timer: `ratelimit_server.ShouldRateLimit.response_time`, in ms, one line per call (at most
+ * MAX_TIMINGS a flush), sent with the counters.
  *
  * EXTRA_TAGS are appended to every name in the reference's form, `NAME.__key=value`, sorted by
  * key, with '.', ':' and '|' of keys and values made '_'.
@@ -22,7 +22,8 @@
  * Bounded: descriptor-valued keys (detailed_metric, value_to_metric) take at most
  * METRICS_MAX_DETAILED_SERIES distinct names, as the Prometheus series do; past that their hits
  * are counted under `DOMAIN._overflow`. A statsd server that is down or slow costs nothing but
- * the lost stats: sends never wait, and their errors are logged at most once a minute.
+ * the lost stats: sends never wait, at most MAX_UNSENT packets wait for the socket (past that a
+ * flush is dropped), and errors are logged at most once a minute.
  */
 import StatsD from 'hot-shots';
 import type { CheckEvent, RuleOutcome } from './outcome.js';
@@ -57,6 +58,16 @@ export interface Statsd {
   close(): Promise<void>;
 }
 
+/** hot-shots' own send of a whole message, which its typings leave out. */
+interface RawSend {
+  send(message: string, tags: undefined, callback: (error?: Error | null) => void): void;
+}
+
+/** Response-time lines kept between two flushes; past it, the rest wait for the next one. */
+const MAX_TIMINGS = 10_000;
+/** Packets a slow or silent server may leave unsent before flushes are dropped. */
+const MAX_UNSENT = 64;
+
 const RULE_STATS = [
   ['total_hits', 'totalHits'],
   ['over_limit', 'over'],
@@ -77,23 +88,36 @@ export function createStatsd(settings: StatsdSettings, options: StatsdOptions): 
   let detailedNames = 0;
   let lastError = 0;
 
+  const report = (error: Error) => {
+    const now = Date.now();
+    if (now - lastError < 60_000) return;
+    lastError = now;
+    options.onError?.(error);
+  };
+  // No buffering in hot-shots: each flush is sent as a few packets of many lines, and each
+  // packet's callback says when the socket took it.
   const client = new StatsD({
     host: settings.host,
     port: settings.port,
     protocol: settings.protocol,
-    // Lines wait for the flush, or until a packet is full.
-    maxBufferSize: settings.protocol === 'udp' ? 1_432 : 8_192,
-    bufferFlushInterval: settings.flushIntervalMs,
+    maxBufferSize: 0,
     datadog: false,
     includeDataDogTags: false,
     includeDatadogTelemetry: false,
-    errorHandler: (error: Error) => {
-      const now = Date.now();
-      if (now - lastError < 60_000) return;
-      lastError = now;
-      options.onError?.(error);
-    },
+    errorHandler: report,
   });
+  const packetBytes = settings.protocol === 'udp' ? 1_432 : 8_192;
+  /** Packets handed to the socket that it has not taken yet: a slow server's backlog. */
+  let unsent = 0;
+  const sendPacket = (packet: string) => {
+    unsent += 1;
+    (client as unknown as RawSend).send(packet, undefined, (error?: Error | null) => {
+      unsent -= 1;
+      if (error) report(error);
+    });
+  };
+  /** The response times since the last flush, one line each, as the reference sends them. */
+  let timings: string[] = [];
 
   const add = (stat: string, value: number) => {
     if (value > 0) pending.set(stat, (pending.get(stat) ?? 0) + value);
@@ -168,8 +192,8 @@ export function createStatsd(settings: StatsdSettings, options: StatsdOptions): 
     },
     latency(seconds) {
       add(names.totalRequests, 1);
-      if (seconds >= 0 && Number.isFinite(seconds)) {
-        client.timing(names.responseTime, Math.round(seconds * 1_000_000) / 1_000);
+      if (seconds >= 0 && Number.isFinite(seconds) && timings.length < MAX_TIMINGS) {
+        timings.push(`${names.responseTime}:${Math.round(seconds * 1_000_000) / 1_000}|ms`);
       }
     },
     invalidRequest() {
@@ -180,8 +204,24 @@ export function createStatsd(settings: StatsdSettings, options: StatsdOptions): 
       add(ok ? names.configLoadSuccess : names.configLoadError, 1);
     },
     flush() {
-      for (const [stat, value] of pending) client.increment(stat, value);
+      const lines = timings;
+      for (const [stat, value] of pending) lines.push(`${stat}:${value}|c`);
       pending.clear();
+      timings = [];
+      // A server that takes nothing leaves at most MAX_UNSENT packets waiting; past that, this
+      // flush's stats are dropped, as the reference's stats library drops them when its
+      // channel is full.
+      if (unsent >= MAX_UNSENT) return;
+      let packet = '';
+      for (const line of lines) {
+        if (packet !== '' && packet.length + 1 + line.length > packetBytes) {
+          sendPacket(packet);
+          packet = line;
+        } else {
+          packet = packet === '' ? line : `${packet}\n${line}`;
+        }
+      }
+      if (packet !== '') sendPacket(packet);
     },
     async close() {
       clearInterval(timer);

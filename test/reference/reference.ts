@@ -34,42 +34,14 @@ export async function startReference(
       `the reference server is not built at ${REFERENCE_BIN}: run scripts/reference.sh first`,
     );
   }
-  const root = mkdtempSync(join(tmpdir(), 'tollgate-reference-'));
-  const configDir = join(root, 'ratelimit', 'config');
-  mkdirSync(configDir, { recursive: true });
-  const writeRules = (name: string, yaml: string) => {
-    // Written whole, then renamed, so that its watcher never reads half a file.
-    const staged = join(root, 'staged.yaml');
-    writeFileSync(staged, yaml);
-    renameSync(staged, join(configDir, name));
-  };
-  for (const [name, yaml] of Object.entries(rules)) writeRules(name, yaml);
-  const [grpcPort, port, debugPort, prometheusPort] = await Promise.all([
-    freePort(),
-    freePort(),
-    freePort(),
-    freePort(),
-  ]);
+  const layout = referenceLayout(rules);
+  const { env: serverEnv, grpcPort, prometheusPort } = await referenceEnv(layout.root, redisUrl);
   const child: ChildProcess = spawn(REFERENCE_BIN, [], {
     env: {
       PATH: process.env.PATH,
-      RUNTIME_ROOT: root,
-      RUNTIME_SUBDIRECTORY: 'ratelimit',
-      RUNTIME_WATCH_ROOT: 'false',
-      REDIS_SOCKET_TYPE: 'tcp',
-      REDIS_URL: redisUrl,
-      USE_STATSD: 'false',
-      USE_PROMETHEUS: 'true',
+      ...serverEnv,
       // Its statistics reach Prometheus only when flushed.
       STATS_FLUSH_INTERVAL: '100ms',
-      PROMETHEUS_ADDR: `127.0.0.1:${prometheusPort}`,
-      GRPC_HOST: '127.0.0.1',
-      GRPC_PORT: String(grpcPort),
-      HOST: '127.0.0.1',
-      PORT: String(port),
-      DEBUG_HOST: '127.0.0.1',
-      DEBUG_PORT: String(debugPort),
-      LOG_LEVEL: 'warn',
       ...env,
     },
     stdio: ['ignore', 'ignore', 'pipe'],
@@ -87,7 +59,7 @@ export async function startReference(
     address,
     metricsUrl: `http://127.0.0.1:${prometheusPort}/metrics`,
     client,
-    writeRules,
+    writeRules: layout.writeRules,
     stderr: () => stderr,
     stop: () =>
       new Promise((resolve) => {
@@ -97,4 +69,57 @@ export async function startReference(
         child.kill('SIGTERM');
       }),
   };
+}
+
+/** The reference's RUNTIME_ROOT layout in a new directory, holding these rules files. */
+export function referenceLayout(rules: Readonly<Record<string, string>>): {
+  root: string;
+  writeRules(name: string, yaml: string): void;
+} {
+  const root = mkdtempSync(join(tmpdir(), 'tollgate-reference-'));
+  const configDir = join(root, 'ratelimit', 'config');
+  mkdirSync(configDir, { recursive: true });
+  const writeRules = (name: string, yaml: string) => {
+    // Written whole, then renamed, so that its watcher never reads half a file.
+    const staged = join(root, 'staged.yaml');
+    writeFileSync(staged, yaml);
+    renameSync(staged, join(configDir, name));
+  };
+  for (const [name, yaml] of Object.entries(rules)) writeRules(name, yaml);
+  return { root, writeRules };
+}
+
+/**
+ * What the reference needs to run beside others on 127.0.0.1: the layout, Redis over TCP at
+ * `host:port`, statsd off (fatal in this build when it is on) and Prometheus on, and a free port
+ * for everything it listens on.
+ */
+export async function referenceEnv(
+  root: string,
+  redisHostPort: string,
+): Promise<{ env: Record<string, string>; grpcPort: number; prometheusPort: number }> {
+  const [grpcPort, port, debugPort, prometheusPort] = await Promise.all([
+    freePort(),
+    freePort(),
+    freePort(),
+    freePort(),
+  ]);
+  const env = {
+    RUNTIME_ROOT: root,
+    RUNTIME_SUBDIRECTORY: 'ratelimit',
+    RUNTIME_WATCH_ROOT: 'false',
+    REDIS_SOCKET_TYPE: 'tcp',
+    REDIS_URL: redisHostPort,
+    USE_STATSD: 'false',
+    USE_PROMETHEUS: 'true',
+    PROMETHEUS_ADDR: `127.0.0.1:${prometheusPort}`,
+    GRPC_HOST: '127.0.0.1',
+    GRPC_PORT: String(grpcPort),
+    HOST: '127.0.0.1',
+    PORT: String(port),
+    DEBUG_HOST: '127.0.0.1',
+    DEBUG_PORT: String(debugPort),
+    LOG_LEVEL: 'warn',
+  };
+  return { env, grpcPort, prometheusPort };
 }
