@@ -2,6 +2,7 @@ import type { Ghz, GhzLoad } from './ghz.js';
 import { readStat, treeCpuSeconds } from './procstat.js';
 import {
   allCalls,
+  executionMicros,
   difference,
   redisCommandCalls,
   scriptCalls,
@@ -28,8 +29,16 @@ export interface RunResult {
   errorRate: number;
   /** Percent of one core over the run. */
   cpu: { service: number; redis: number | null; ghz: number };
-  /** Redis calls per request (evalsha+eval), and every command per request; null without Redis. */
-  redis: { scriptCallsPerRequest: number; commandsPerRequest: number; commands: Counts } | null;
+  /**
+   * Redis calls per request (evalsha+eval), every command per request, and the µs per request
+   * Redis spent executing them (the rest of its CPU reads, parses and answers); null without Redis.
+   */
+  redis: {
+    scriptCallsPerRequest: number;
+    commandsPerRequest: number;
+    executionUsPerRequest: number;
+    commands: Counts;
+  } | null;
   /** tollgate's answers by outcome during the run; null for the bare server. */
   outcomes: Counts | null;
 }
@@ -67,6 +76,7 @@ export async function measure(
     redisCost = {
       scriptCallsPerRequest: perRequest(scriptCalls(commands)),
       commandsPerRequest: perRequest(allCalls(commands)),
+      executionUsPerRequest: perRequest(executionMicros(commands)),
       commands,
     };
   }

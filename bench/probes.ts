@@ -9,15 +9,22 @@ export type Counts = Record<string, number>;
 /** Script calls: a decision is one of these, whatever the number of descriptors. */
 const SCRIPT_COMMANDS = ['eval', 'evalsha', 'eval_ro', 'evalsha_ro', 'fcall', 'fcall_ro'];
 
-/** `INFO commandstats` as calls per command, without the INFO calls that read it. */
+/**
+ * `INFO commandstats` as calls per command, without the INFO calls that read it, and the
+ * microseconds Redis spent executing each command (`usec`), keyed `NAME.usec`.
+ */
 export async function redisCommandCalls(client: Redis): Promise<Counts> {
   const text = await client.info('commandstats');
   const calls: Counts = {};
-  for (const match of text.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) {
-    if (match[1] !== 'info') calls[match[1]!] = Number(match[2]);
+  for (const match of text.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) {
+    if (match[1] === 'info') continue;
+    calls[match[1]!] = Number(match[2]);
+    calls[`${match[1]!}.usec`] = Number(match[3]);
   }
   return calls;
 }
+
+const isMicros = (name: string) => name.endsWith('.usec');
 
 export function difference(after: Counts, before: Counts): Counts {
   const delta: Counts = {};
@@ -33,7 +40,25 @@ export function scriptCalls(delta: Counts): number {
 }
 
 export function allCalls(delta: Counts): number {
-  return Object.values(delta).reduce((sum, value) => sum + value, 0);
+  return Object.entries(delta).reduce(
+    (sum, [name, value]) => sum + (isMicros(name) ? 0 : value),
+    0,
+  );
+}
+
+/**
+ * The microseconds Redis spent executing commands, as opposed to reading, parsing and answering
+ * them. A script's time includes its inner commands, which commandstats also lists on their own:
+ * when scripts ran, only the scripts count (tollgate sends nothing else under load); otherwise
+ * every command does.
+ */
+export function executionMicros(delta: Counts): number {
+  const scripts = SCRIPT_COMMANDS.reduce((sum, name) => sum + (delta[`${name}.usec`] ?? 0), 0);
+  if (scriptCalls(delta) > 0) return scripts;
+  return Object.entries(delta).reduce(
+    (sum, [name, value]) => sum + (isMicros(name) ? value : 0),
+    0,
+  );
 }
 
 /** tollgate's answers so far by outcome (ok, over_limit, unavailable, ...), from /metrics. */

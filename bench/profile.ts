@@ -9,6 +9,7 @@ import { join } from 'node:path';
 interface ProfileNode {
   id: number;
   callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
 }
 
 interface CpuProfile {
@@ -49,14 +50,38 @@ function ownerOf(frame: ProfileNode['callFrame']): string {
     case 'writeUtf8String':
     case 'writeBuffer':
     case 'writev':
-      return 'socket writes (the system calls)';
+      return SOCKET_WRITES;
   }
+  return ownerOfCode(frame);
+}
+
+const SOCKET_WRITES = 'socket writes (the system calls)';
+
+function ownerOfCode(frame: ProfileNode['callFrame']): string {
   for (const [pattern, owner] of OWNERS) if (pattern.test(frame.url)) return owner;
   return frame.url === '' ? 'V8 built-ins' : 'other';
 }
 
+/**
+ * Who asked for a socket write: the nearest caller outside Node's own code (ioredis writing a
+ * command, say), or Node's http2 when no such caller is on the stack.
+ */
+function writerOf(id: number, parents: Map<number, ProfileNode>): string {
+  let http2 = false;
+  for (let node = parents.get(id); node; node = parents.get(node.id)) {
+    const owner = ownerOfCode(node.callFrame);
+    if (owner === "Node's http2") http2 = true;
+    else if (!owner.startsWith("Node's") && owner !== 'V8 built-ins' && owner !== 'other')
+      return owner;
+  }
+  return http2 ? "Node's http2" : 'unknown';
+}
+
 export function summarizeProfile(profile: CpuProfile, top = 25): ProfileSummary {
   const byId = new Map(profile.nodes.map((node) => [node.id, node]));
+  const parents = new Map<number, ProfileNode>();
+  for (const node of profile.nodes)
+    for (const child of node.children ?? []) parents.set(child, node);
   const self = new Map<number, number>();
   profile.samples.forEach((id, i) =>
     self.set(id, (self.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0)),
@@ -67,8 +92,9 @@ export function summarizeProfile(profile: CpuProfile, top = 25): ProfileSummary 
   for (const [id, micros] of self) {
     const frame = byId.get(id)?.callFrame;
     if (!frame) continue;
-    const owner = ownerOf(frame);
+    let owner = ownerOf(frame);
     if (owner === 'idle') continue;
+    if (owner === SOCKET_WRITES) owner = `${SOCKET_WRITES}, for ${writerOf(id, parents)}`;
     busy += micros;
     owners.set(owner, (owners.get(owner) ?? 0) + micros);
     const file = frame.url.split('/').slice(-2).join('/');

@@ -366,8 +366,10 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
       `Closed loop: ${plan.versus.closedSeconds} s runs, ${plan.versus.rounds} rounds alternating the services. ` +
       `Constant rates: ${plan.versus.tierSeconds} s per tier, each service up to one tier past its break ` +
       '(over 1% errors, or under 95% of the offered rate). CPU per decision is from /proc at ' +
-      `${plan.versus.costRps} req/s; Redis commands per request from INFO commandstats, a script's inner commands included. ` +
-      "The targets compare tollgate with fixed windows, the reference's semantics.",
+      `${plan.versus.costRps} req/s; Redis commands per request, and the time Redis spent executing them, from INFO commandstats, a script's inner commands included; the rest of Redis's CPU reads, parses and answers the calls. ` +
+      "The targets compare tollgate with fixed windows, the reference's semantics. " +
+      'Two floors with no Redis and no work run the constant rates up to the cost tier: a bare grpc-js server, ' +
+      "and Node's http2 module with the gRPC framing written by hand.",
     '',
     ...header(['service', 'REDIS_TIMEOUT']),
     ...versus.services.map((service) => row([service.title, service.redisTimeout])),
@@ -385,24 +387,29 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
         'closed loop req/s',
         'service CPU µs/decision',
         'Redis CPU µs/decision',
+        'of which executing commands',
         'Redis commands/request',
         'script calls/request',
       ]),
     );
     for (const entry of entries) {
       const cost = entry.cost;
+      const none = entry.floor ? '—' : 'n/a';
       lines.push(
         row([
           entry.service,
-          `${rps(entry.closedLoop.medianRps)}${ratio(entry.closedLoop.medianRps, reference?.closedLoop.medianRps)}`,
+          entry.floor
+            ? none
+            : `${rps(entry.closedLoop.medianRps)}${ratio(entry.closedLoop.medianRps, reference?.closedLoop.medianRps)}`,
           cost
             ? `${cost.serviceUs.toFixed(0)}${ratio(cost.serviceUs, reference?.cost?.serviceUs)}`
             : 'n/a',
-          cost
+          cost && !entry.floor
             ? `${cost.redisUs.toFixed(0)}${ratio(cost.redisUs, reference?.cost?.redisUs)}`
-            : 'n/a',
-          cost ? cost.commandsPerRequest.toFixed(2) : 'n/a',
-          cost ? cost.scriptCallsPerRequest.toFixed(2) : 'n/a',
+            : none,
+          cost && !entry.floor ? `${(cost.redisExecutionUs ?? NaN).toFixed(1)}` : none,
+          cost && !entry.floor ? cost.commandsPerRequest.toFixed(2) : none,
+          cost && !entry.floor ? cost.scriptCallsPerRequest.toFixed(2) : none,
         ]),
       );
     }

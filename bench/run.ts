@@ -24,8 +24,8 @@ import { runVersus } from './versus.js';
  * The bench, run by `npm run bench` (scripts/bench.mjs builds it and ghz first). Usage:
  *   npm run bench [-- --quick] [--out NAME] [--workers N]
  * Writes bench/results/NAME.{json,md,svg}; NAME defaults to latest-full or latest-quick.
- *   npm run bench -- --profile [--scenario NAME]
- * Writes bench/results/profile-SCENARIO.{md,json}: where tollgate's CPU goes (see profileRun).
+ *   npm run bench -- --profile [--scenario NAME] [--rps N] [--env NAME=VALUE]
+ * Writes bench/results/profile-SCENARIO[-N]rps.{md,json}: where tollgate's CPU goes (see profileRun).
  */
 const benchDir = dirname(fileURLToPath(import.meta.url));
 // Compiled to .cache/bench/bench/: the repository is three levels up.
@@ -40,6 +40,7 @@ const { values } = parseArgs({
     versus: { type: 'boolean', default: false },
     env: { type: 'string', multiple: true, default: [] },
     scenario: { type: 'string' },
+    rps: { type: 'string' },
   },
 });
 const plan = makePlan(values.quick ? 'quick' : 'full');
@@ -87,7 +88,7 @@ async function main(): Promise<number> {
     }
     redis = await startRedis();
     // First, on a fresh Redis: tollgate against envoyproxy/ratelimit, which operators ask first.
-    const versus = await runVersus(ghz, redis, repoRoot, plan.versus);
+    const versus = await runVersus(ghz, redis, repoRoot, benchDir, plan.versus);
     const bare = await startBare(benchDir);
     const withRedis = await startTollgate({
       repoRoot,
@@ -167,14 +168,19 @@ async function main(): Promise<number> {
 }
 
 /**
- * `--profile [--scenario NAME]`: tollgate on Redis under `node --cpu-prof`, loaded closed-loop as
- * in the throughput runs, then where its CPU went, into bench/results/profile-SCENARIO.md.
+ * `--profile [--scenario NAME] [--rps N] [--env NAME=VALUE]`: tollgate on Redis under
+ * `node --cpu-prof`, loaded closed-loop as in the throughput runs (or at N req/s, as in the
+ * comparison's constant rates), then where its CPU went, into bench/results/profile-SCENARIO.md
+ * (profile-SCENARIO-Nrps.md).
  */
 async function profileRun(): Promise<number> {
   const scenario = SCENARIOS.find(
     (candidate) => candidate.name === (values.scenario ?? HEADLINE.name),
   );
   if (!scenario) throw new Error(`--scenario: one of ${SCENARIOS.map((s) => s.name).join(', ')}`);
+  const rps = values.rps === undefined ? undefined : Number(values.rps);
+  if (rps !== undefined && !(Number.isInteger(rps) && rps > 0))
+    throw new Error('--rps: a whole number of requests per second');
   const ghz = createGhz(ghzBinary!, repoRoot);
   const machine = describeMachine(process.env.BENCH_GHZ_VERSION ?? 'unknown');
   const profileDir = mkdtempSync(join(tmpdir(), 'tollgate-profile-'));
@@ -187,13 +193,16 @@ async function profileRun(): Promise<number> {
       redisUrl: redis.url,
       workers: 1,
       nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${profileDir}`],
+      env: tollgateEnv(),
     });
     const load = {
       concurrency: plan.throughput.concurrency,
       connections: plan.throughput.connections,
       timeoutMs: 5_000,
+      ...(rps === undefined ? {} : { rps }),
     };
-    log(`profiling ${scenario.name}: ${plan.throughput.seconds} s closed loop after a warm-up`);
+    const how = rps === undefined ? 'closed loop' : `${rps} req/s`;
+    log(`profiling ${scenario.name}: ${plan.throughput.seconds} s ${how} after a warm-up`);
     await ghz.run({
       ...load,
       seconds: plan.throughput.warmupSeconds,
@@ -207,11 +216,13 @@ async function profileRun(): Promise<number> {
     await service.stop?.();
     const summary = summarizeProfile(readProfile(profileDir));
     const percent = (value: number) => `${value.toFixed(1)}%`;
+    const settings = Object.entries(tollgateEnv()).map(([key, value]) => `${key}=${value}`);
+    const settingsNote = settings.length > 0 ? `, ${settings.join(' ')}` : '';
     const text = [
       `# Where tollgate's CPU goes: ${scenario.name}`,
       '',
       `\`${process.env.BENCH_COMMAND ?? 'npm run bench -- --profile'}\`, ${new Date().toISOString()}. ` +
-        `tollgate on Redis (\`node --cpu-prof dist/main.js\`), ghz closed loop: ${load.concurrency} concurrent calls on ${load.connections} connections, ` +
+        `tollgate on Redis (\`node --cpu-prof dist/main.js\`${settingsNote}), ghz ${how}: ${load.concurrency} concurrent calls on ${load.connections} connections, ` +
         `${plan.throughput.seconds} s after a ${plan.throughput.warmupSeconds} s warm-up (which the profile includes). ` +
         `${Math.round(run.achievedRps).toLocaleString('en-US')} req/s, ${run.redis?.scriptCallsPerRequest.toFixed(2) ?? 'n/a'} Redis calls per request. ` +
         `Machine: ${machine.cpuModel}, ${machine.cores} cores, load average ${machine.loadAverage.start.toFixed(2)} at the start.`,
@@ -229,13 +240,14 @@ async function profileRun(): Promise<number> {
       ...summary.functions.map(({ name, percent: p }) => `| \`${name}\` | ${percent(p)} |`),
       '',
     ].join('\n');
-    const base = join(repoRoot, 'bench', 'results', `profile-${scenario.name}`);
+    const file = `profile-${scenario.name}${rps === undefined ? '' : `-${rps}rps`}`;
+    const base = join(repoRoot, 'bench', 'results', file);
     writeAtomically(`${base}.md`, text);
     writeAtomically(
       `${base}.json`,
       `${JSON.stringify({ scenario: scenario.name, run, summary }, null, 2)}\n`,
     );
-    log(`wrote bench/results/profile-${scenario.name}.md and .json`);
+    log(`wrote bench/results/${file}.md and .json`);
     return 0;
   } finally {
     redis?.client.disconnect();
@@ -256,7 +268,7 @@ async function versusRun(): Promise<number> {
   let redis: RedisServer | undefined;
   try {
     redis = await startRedis();
-    const versus = await runVersus(ghz, redis, repoRoot, plan.versus, tollgateEnv());
+    const versus = await runVersus(ghz, redis, repoRoot, benchDir, plan.versus, tollgateEnv());
     const targets = versusTargets(versus);
     const results = {
       name: values.out ?? `versus-${plan.mode}`,

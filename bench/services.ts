@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { freePort } from '../test/support/ports.js';
 import { stopChild, track } from './children.js';
+import type { BareKind } from './bareServer.js';
 import { waitUntilAnswering } from './rlsClient.js';
 import { READY_REQUEST, RULES_YAML } from './scenarios.js';
 import { VERSUS_READY, VERSUS_RULES_YAML } from './versusScenarios.js';
@@ -14,6 +15,7 @@ import { referenceEnv, referenceLayout } from '../test/reference/reference.js';
 /** `redis-NAME`: the Redis store with a setting changed, for the levers (bench/variants.ts). */
 export type ServiceName =
   | 'bare'
+  | 'bare-http2'
   | 'redis'
   | 'memory'
   | `redis-${string}`
@@ -143,15 +145,18 @@ export async function startTollgate(options: TollgateOptions): Promise<Service> 
   };
 }
 
-export async function startBare(benchDir: string): Promise<Service> {
+export async function startBare(benchDir: string, kind: BareKind = 'grpc-js'): Promise<Service> {
   const port = await freePort();
-  const env = { PATH: process.env.PATH ?? '', GRPC_PORT: String(port) };
+  const env = { PATH: process.env.PATH ?? '', GRPC_PORT: String(port), BARE_KIND: kind };
   const { child, stderr } = launch(process.execPath, [join(benchDir, 'bareMain.js')], env);
   const address = `127.0.0.1:${port}`;
   await waitUntilAnswering(address, READY_REQUEST, child, stderr);
   return {
-    name: 'bare',
-    title: 'bare grpc-js, constant OK',
+    name: kind === 'http2' ? 'bare-http2' : 'bare',
+    title:
+      kind === 'http2'
+        ? 'bare node:http2 with hand-written gRPC framing, constant OK (no Redis)'
+        : 'bare grpc-js, constant OK (no Redis)',
     address,
     pid: pidOf(child),
     settings: {},

@@ -1,7 +1,13 @@
 import type { Ghz } from './ghz.js';
 import { measure, type Measured, type RunResult } from './measure.js';
 import { log } from './series.js';
-import { startReference, startTollgate, type RedisServer, type Service } from './services.js';
+import {
+  startBare,
+  startReference,
+  startTollgate,
+  type RedisServer,
+  type Service,
+} from './services.js';
 import { median } from './stats.js';
 import { VERSUS_READY, VERSUS_RULES_YAML, VERSUS_SCENARIOS } from './versusScenarios.js';
 
@@ -15,6 +21,10 @@ import { VERSUS_READY, VERSUS_RULES_YAML, VERSUS_SCENARIOS } from './versusScena
  *   than 1% errors, or under 95% of the offered rate achieved);
  * - at `costRps`, what a decision costs: the service's CPU and Redis's CPU in µs, from /proc, and
  *   the Redis commands per request from INFO commandstats, a script's inner commands included.
+ *
+ * Two floors run the constant rates up to `costRps` beside them, with no Redis and no work: a
+ * bare grpc-js server, and a bare node:http2 server framing gRPC by hand. They show what any
+ * server on grpc-js, or any Node server at all, spends per call and adds to the tail.
  */
 export interface VersusPlan {
   closedSeconds: number;
@@ -34,6 +44,8 @@ export interface VersusCost {
   offeredRps: number;
   serviceUs: number;
   redisUs: number;
+  /** Of `redisUs`, the time Redis spent executing commands rather than on the calls' I/O. */
+  redisExecutionUs: number;
   commandsPerRequest: number;
   scriptCallsPerRequest: number;
 }
@@ -50,6 +62,8 @@ export interface VersusTier {
 
 export interface VersusEntry {
   service: string;
+  /** A bare server: no closed loop, no Redis, tiers up to the cost tier only. */
+  floor?: boolean;
   closedLoop: { runsRps: number[]; medianRps: number };
   cost: VersusCost | null;
   tiers: VersusTier[];
@@ -89,6 +103,7 @@ function costOf(run: RunResult): VersusCost {
     offeredRps: run.offeredRps ?? 0,
     serviceUs: perDecision(run.cpu.service),
     redisUs: perDecision(run.cpu.redis),
+    redisExecutionUs: run.redis?.executionUsPerRequest ?? NaN,
     commandsPerRequest: run.redis?.commandsPerRequest ?? NaN,
     scriptCallsPerRequest: run.redis?.scriptCallsPerRequest ?? NaN,
   };
@@ -98,6 +113,7 @@ export async function runVersus(
   ghz: Ghz,
   redis: RedisServer,
   repoRoot: string,
+  benchDir: string,
   plan: VersusPlan,
   /** Settings for both tollgates, beside the bench's own (a lever to try). */
   extraEnv: Record<string, string> = {},
@@ -130,6 +146,9 @@ export async function runVersus(
       timeouts.set(name, '15ms (its default)');
     }
     const targets: Measured[] = started.map((service) => ({ service, redis }));
+    const floors: Service[] = [await startBare(benchDir), await startBare(benchDir, 'http2')];
+    started.push(...floors);
+    for (const floor of floors) timeouts.set(floor.name, 'no Redis');
     const runs: RunResult[] = [];
     const scenarios: VersusScenario[] = [];
     const closed = {
@@ -138,7 +157,7 @@ export async function runVersus(
       timeoutMs: 5_000,
     };
     for (const scenario of VERSUS_SCENARIOS) {
-      for (const { service } of targets) {
+      for (const service of started) {
         await ghz.run({
           ...closed,
           seconds: plan.warmupSeconds,
@@ -147,10 +166,11 @@ export async function runVersus(
         });
       }
       const entries = new Map<string, VersusEntry>(
-        targets.map(({ service }) => [
+        started.map((service) => [
           service.name,
           {
             service: service.name,
+            ...(floors.includes(service) ? { floor: true } : {}),
             closedLoop: { runsRps: [], medianRps: NaN },
             cost: null,
             tiers: [],
@@ -179,8 +199,10 @@ export async function runVersus(
         connections: plan.connections,
         timeoutMs: plan.timeoutMs,
       };
+      const floorTargets: Measured[] = floors.map((service) => ({ service }));
       for (const rps of plan.tiers) {
-        for (const target of targets) {
+        const tierTargets = rps <= plan.costRps ? [...targets, ...floorTargets] : targets;
+        for (const target of tierTargets) {
           const entry = entries.get(target.service.name)!;
           if (entry.tiers.some((tier) => tier.verdict === 'past-break')) continue;
           log(`versus ${scenario.name}, ${rps} req/s: ${target.service.name}`);

@@ -4,6 +4,7 @@ import { latencyChart } from '../../bench/chart.js';
 import type { RunResult } from '../../bench/measure.js';
 import { parseStat, treeCpuSeconds, treeRssBytes } from '../../bench/procstat.js';
 import { summarizeProfile } from '../../bench/profile.js';
+import { allCalls, executionMicros } from '../../bench/probes.js';
 import { breakReasons } from '../../bench/series.js';
 import { RULES_YAML, SCENARIOS } from '../../bench/scenarios.js';
 import { versusTargets } from '../../bench/results.js';
@@ -71,6 +72,7 @@ describe('the comparison with envoyproxy/ratelimit', () => {
       offeredRps: 3_000,
       serviceUs: 200,
       redisUs: 30,
+      redisExecutionUs: 3,
       commandsPerRequest: 2,
       scriptCallsPerRequest: 0,
     },
@@ -94,6 +96,7 @@ describe('the comparison with envoyproxy/ratelimit', () => {
         offeredRps: 3_000,
         serviceUs: 150,
         redisUs: 20,
+        redisExecutionUs: 8,
         commandsPerRequest: 3,
         scriptCallsPerRequest: 1,
       },
@@ -175,6 +178,38 @@ describe("the bench's judgements", () => {
       { owner: "Node's http2", percent: 20 },
     ]);
     expect(summary.functions[0]).toEqual({ name: 'decide dist/limiter.js:1', percent: 60 });
+  });
+
+  it('counts the time Redis spent executing commands once, a script with its inner calls', () => {
+    const scripted = { evalsha: 10, 'evalsha.usec': 120, hset: 20, 'hset.usec': 40 };
+    expect(allCalls(scripted)).toBe(30);
+    expect(executionMicros(scripted)).toBe(120);
+    const plain = { incrby: 10, 'incrby.usec': 15, expire: 10, 'expire.usec': 9 };
+    expect(allCalls(plain)).toBe(20);
+    expect(executionMicros(plain)).toBe(24);
+  });
+
+  it('names who asked for each socket write', () => {
+    const frame = (functionName: string, url: string) => ({ functionName, url, lineNumber: 0 });
+    const summary = summarizeProfile({
+      nodes: [
+        {
+          id: 1,
+          callFrame: frame('sendCommand', 'file:///x/node_modules/ioredis/built/Redis.js'),
+          children: [2],
+        },
+        { id: 2, callFrame: frame('write', 'node:net'), children: [3] },
+        { id: 3, callFrame: frame('writeUtf8String', '') },
+        { id: 4, callFrame: frame('respond', 'node:internal/http2/core'), children: [5] },
+        { id: 5, callFrame: frame('writev', '') },
+      ],
+      samples: [3, 3, 3, 5],
+      timeDeltas: [100, 100, 100, 100],
+    });
+    expect(summary.owners).toEqual([
+      { owner: 'socket writes (the system calls), for ioredis', percent: 75 },
+      { owner: "socket writes (the system calls), for Node's http2", percent: 25 },
+    ]);
   });
 
   it('reads resident memory from /proc, as the kernel reports it for this process', () => {
