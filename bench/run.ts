@@ -17,6 +17,7 @@ import { HEADLINE, SCENARIOS } from './scenarios.js';
 import { judgeTargets, missingFields, versusTargets, type BenchResults } from './results.js';
 import { log, runLatency, runScenarios, runThroughput } from './series.js';
 import { startBare, startRedis, startTollgate, type RedisServer } from './services.js';
+import { runScriptCost } from './scriptCost.js';
 import { runVariants } from './variants.js';
 import { runVersus } from './versus.js';
 
@@ -26,6 +27,8 @@ import { runVersus } from './versus.js';
  * Writes bench/results/NAME.{json,md,svg}; NAME defaults to latest-full or latest-quick.
  *   npm run bench -- --profile [--scenario NAME] [--rps N] [--env NAME=VALUE]
  * Writes bench/results/profile-SCENARIO[-N]rps.{md,json}: where tollgate's CPU goes (see profileRun).
+ *   npm run bench -- --script-cost [--quick]
+ * Writes bench/results/script-cost.{md,json}: what a script call costs Redis (see scriptCostRun).
  */
 const benchDir = dirname(fileURLToPath(import.meta.url));
 // Compiled to .cache/bench/bench/: the repository is three levels up.
@@ -38,6 +41,7 @@ const { values } = parseArgs({
     workers: { type: 'string', default: '1' },
     profile: { type: 'boolean', default: false },
     versus: { type: 'boolean', default: false },
+    'script-cost': { type: 'boolean', default: false },
     env: { type: 'string', multiple: true, default: [] },
     scenario: { type: 'string' },
     rps: { type: 'string' },
@@ -292,8 +296,54 @@ async function versusRun(): Promise<number> {
   }
 }
 
+/**
+ * `--script-cost [--quick]`: what one call of the decision script costs Redis, against scripts
+ * that decide nothing (see bench/scriptCost.ts), into bench/results/script-cost.{md,json}. No
+ * ghz and no service: the numbers are Redis's own, on an idle Redis.
+ */
+async function scriptCostRun(): Promise<number> {
+  const machine = describeMachine(process.env.BENCH_GHZ_VERSION ?? 'unknown');
+  const scriptPlan = {
+    calls: plan.mode === 'quick' ? 2_000 : 20_000,
+    rounds: plan.mode === 'quick' ? 1 : 5,
+  };
+  let redis: RedisServer | undefined;
+  try {
+    redis = await startRedis();
+    log(`script cost: ${scriptPlan.rounds} rounds of ${scriptPlan.calls} calls per variant`);
+    const rows = await runScriptCost(redis.client, scriptPlan);
+    const text = [
+      '# What a decision costs Redis itself',
+      '',
+      `\`${process.env.BENCH_COMMAND ?? 'npm run bench -- --script-cost'}\`, ${new Date().toISOString()}. ` +
+        `Each variant called ${scriptPlan.calls.toLocaleString('en-US')} times in pipelines of 200 on an idle Redis, over 50 tenants, ` +
+        `in ${scriptPlan.rounds} rounds that alternate the variants; Redis's own \`usec_per_call\` for EVALSHA, ` +
+        'inner commands included, from INFO commandstats: the time Redis spends executing the call, without reading it or answering it. ' +
+        `Machine: ${machine.cpuModel}, ${machine.cores} cores, load average ${machine.loadAverage.start.toFixed(2)} at the start.`,
+      '',
+      '| script | counters | µs per call (median) | rounds |',
+      '| --- | --- | --- | --- |',
+      ...rows.map(
+        (row) =>
+          `| ${row.variant} | ${row.counters} | ${row.medianUs.toFixed(2)} | ${row.rounds.map((us) => us.toFixed(2)).join(', ')} |`,
+      ),
+      '',
+    ].join('\n');
+    const base = join(repoRoot, 'bench', 'results', 'script-cost');
+    writeAtomically(`${base}.md`, text);
+    writeAtomically(`${base}.json`, `${JSON.stringify({ plan: scriptPlan, rows }, null, 2)}\n`);
+    log('wrote bench/results/script-cost.md and .json');
+    return 0;
+  } finally {
+    redis?.client.disconnect();
+    await stopAll();
+  }
+}
+
 process.exitCode = values.profile
   ? await profileRun()
   : values.versus
     ? await versusRun()
-    : await main();
+    : values['script-cost']
+      ? await scriptCostRun()
+      : await main();
