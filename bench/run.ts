@@ -16,7 +16,15 @@ import { readProfile, summarizeProfile } from './profile.js';
 import { HEADLINE, SCENARIOS } from './scenarios.js';
 import { judgeTargets, missingFields, versusTargets, type BenchResults } from './results.js';
 import { log, runLatency, runScenarios, runThroughput } from './series.js';
-import { startBare, startRedis, startTollgate, type RedisServer } from './services.js';
+import {
+  startBare,
+  startRedis,
+  startReference,
+  startTollgate,
+  type RedisServer,
+} from './services.js';
+import { VERSUS_READY, VERSUS_RULES_YAML, VERSUS_SCENARIOS } from './versusScenarios.js';
+import { assertPerf, runPerf, type PerfEntry } from './perf.js';
 import { runScriptCost } from './scriptCost.js';
 import { runVariants } from './variants.js';
 import { runVersus } from './versus.js';
@@ -27,6 +35,8 @@ import { runVersus } from './versus.js';
  * Writes bench/results/NAME.{json,md,svg}; NAME defaults to latest-full or latest-quick.
  *   npm run bench -- --profile [--scenario NAME] [--rps N] [--env NAME=VALUE]
  * Writes bench/results/profile-SCENARIO[-N]rps.{md,json}: where tollgate's CPU goes (see profileRun).
+ *   npm run bench -- --perf [--scenario NAME] [--rps N]
+ * Writes bench/results/perf-SCENARIO.{md,json}: Linux perf on the reference, tollgate and Redis.
  *   npm run bench -- --script-cost [--quick]
  * Writes bench/results/script-cost.{md,json}: what a script call costs Redis (see scriptCostRun).
  */
@@ -42,6 +52,7 @@ const { values } = parseArgs({
     profile: { type: 'boolean', default: false },
     versus: { type: 'boolean', default: false },
     'script-cost': { type: 'boolean', default: false },
+    perf: { type: 'boolean', default: false },
     env: { type: 'string', multiple: true, default: [] },
     scenario: { type: 'string' },
     rps: { type: 'string' },
@@ -340,10 +351,104 @@ async function scriptCostRun(): Promise<number> {
   }
 }
 
+/**
+ * `--perf [--scenario NAME] [--rps N]`: the reference and tollgate with fixed windows on the
+ * comparison's rules, each loaded at N req/s (3,000 by default) while Linux perf watches it, then
+ * Redis (see bench/perf.ts), into bench/results/perf-SCENARIO.{md,json}.
+ */
+async function perfRun(): Promise<number> {
+  assertPerf();
+  const scenario = VERSUS_SCENARIOS.find(
+    (candidate) => candidate.name === (values.scenario ?? 'one-descriptor'),
+  );
+  if (!scenario)
+    throw new Error(`--scenario: one of ${VERSUS_SCENARIOS.map((s) => s.name).join(', ')}`);
+  const rps = Number(values.rps ?? '3000');
+  if (!(Number.isInteger(rps) && rps > 0)) throw new Error('--rps: a whole number');
+  const ghz = createGhz(ghzBinary!, repoRoot);
+  const machine = describeMachine(process.env.BENCH_GHZ_VERSION ?? 'unknown');
+  let redis: RedisServer | undefined;
+  try {
+    redis = await startRedis();
+    const services = [
+      await startReference(repoRoot, redis),
+      await startTollgate({
+        repoRoot,
+        name: 'tollgate-fixed',
+        redisUrl: redis.url,
+        workers: 1,
+        rules: { yaml: VERSUS_RULES_YAML, ready: VERSUS_READY },
+        env: { DEFAULT_ALGORITHM: 'fixed_window', REDIS_TIMEOUT: '15ms', ...tollgateEnv() },
+      }),
+    ];
+    const seconds = plan.mode === 'quick' ? 2 : 8;
+    const entries = await runPerf(ghz, redis, services, scenario, { rps, seconds });
+    const text = perfReport(entries, scenario.name, rps, seconds, machine);
+    const base = join(repoRoot, 'bench', 'results', `perf-${scenario.name}`);
+    writeAtomically(`${base}.md`, text);
+    writeAtomically(
+      `${base}.json`,
+      `${JSON.stringify({ scenario: scenario.name, rps, seconds, entries }, null, 2)}\n`,
+    );
+    log(`wrote bench/results/perf-${scenario.name}.md and .json`);
+    return 0;
+  } finally {
+    redis?.client.disconnect();
+    await stopAll();
+  }
+}
+
+function perfReport(
+  entries: PerfEntry[],
+  scenario: string,
+  rps: number,
+  seconds: number,
+  machine: ReturnType<typeof describeMachine>,
+): string {
+  const lines = [
+    `# Where the CPU goes, kernel included: ${scenario}`,
+    '',
+    `\`${process.env.BENCH_COMMAND ?? 'npm run bench -- --perf'}\`, ${new Date().toISOString()}. ` +
+      `Each service on the comparison's rules and its own Redis call pattern, at ${rps} req/s from ghz ` +
+      `(50 concurrent calls on 4 connections); \`perf stat\` and \`perf record -F 999 -g\` watch it for ${seconds} s, ` +
+      'then watch Redis for as long under the same load. CPU per request is task-clock over the requests sent while perf watched. ' +
+      "tollgate runs with fixed windows (the reference's semantics) and its default REDIS_TIMEOUT. " +
+      `Machine: ${machine.cpuModel}, ${machine.cores} cores, load average ${machine.loadAverage.start.toFixed(2)} at the start.`,
+    '',
+    '| service | process | CPU µs/request | context switches/request | where (share of samples) |',
+    '| --- | --- | --- | --- | --- |',
+  ];
+  for (const entry of entries) {
+    for (const side of entry.sides) {
+      const where = side.objects.map((o) => `${o.name} ${o.percent.toFixed(1)}%`).join(', ');
+      lines.push(
+        `| ${entry.service} | ${side.process} | ${side.cpuUs.toFixed(0)} | ${side.contextSwitchesPerRequest.toFixed(2)} | ${where} |`,
+      );
+    }
+  }
+  for (const entry of entries) {
+    for (const side of entry.sides) {
+      lines.push(
+        '',
+        `## ${entry.service}: ${side.process === 'redis' ? 'Redis' : 'the service'}, the symbols with the most samples`,
+        '',
+        '| symbol | share |',
+        '| --- | --- |',
+        ...side.symbols.map(
+          (s) => `| \`${s.name.replace(/\|/g, '\\|')}\` | ${s.percent.toFixed(1)}% |`,
+        ),
+      );
+    }
+  }
+  return `${lines.join('\n')}\n`;
+}
+
 process.exitCode = values.profile
   ? await profileRun()
   : values.versus
     ? await versusRun()
     : values['script-cost']
       ? await scriptCostRun()
-      : await main();
+      : values.perf
+        ? await perfRun()
+        : await main();

@@ -5,6 +5,7 @@ import type { RunResult } from '../../bench/measure.js';
 import { parseStat, treeCpuSeconds, treeRssBytes } from '../../bench/procstat.js';
 import { summarizeProfile } from '../../bench/profile.js';
 import { allCalls, executionMicros } from '../../bench/probes.js';
+import { statCounts } from '../../bench/perf.js';
 import { breakReasons } from '../../bench/series.js';
 import { RULES_YAML, SCENARIOS } from '../../bench/scenarios.js';
 import { versusTargets } from '../../bench/results.js';
@@ -187,6 +188,20 @@ describe("the bench's judgements", () => {
     const plain = { incrby: 10, 'incrby.usec': 15, expire: 10, 'expire.usec': 9 };
     expect(allCalls(plain)).toBe(20);
     expect(executionMicros(plain)).toBe(24);
+  });
+
+  it("reads perf stat's CPU time and context switches", () => {
+    const text = [
+      '',
+      " Performance counter stats for process id '17054':",
+      '',
+      '          6,015.47 msec task-clock                       #    0.752 CPUs utilized',
+      '           167,683      context-switches                 #   27.875 K/sec',
+      '',
+      '       8.001727600 seconds time elapsed',
+    ].join('\n');
+    expect(statCounts(text)).toEqual({ taskClockMs: 6015.47, contextSwitches: 167683 });
+    expect(() => statCounts('<not counted> msec task-clock')).toThrow(/task-clock/);
   });
 
   it('names who asked for each socket write', () => {
