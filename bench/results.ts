@@ -99,8 +99,9 @@ export function missingFields(results: BenchResults): string[] {
       number(`${where}.cpu.redis`, run.cpu.redis);
       number(`${where}.redis.scriptCallsPerRequest`, run.redis?.scriptCallsPerRequest);
     }
-    // The reference has no /metrics of tollgate's to read outcomes from.
-    if (run.service !== 'bare' && run.service !== 'reference' && !run.outcomes) {
+    // The reference and the bare floors have no /metrics of tollgate's to read outcomes from.
+    const hasMetrics = run.service !== 'reference' && !run.service.startsWith('bare');
+    if (hasMetrics && !run.outcomes) {
       problems.push(`${where}: no outcomes`);
     }
   };
