@@ -78,9 +78,17 @@ export async function startRedis(): Promise<RedisServer> {
     client.on('error', () => {});
     try {
       await client.connect();
-      await client.ping();
+      // Another run beside this one may hold the port with a redis-server of its own.
+      const pid = Number(/^process_id:(\d+)/m.exec(await client.info('server'))?.[1]);
+      if (pid !== child.pid) {
+        client.disconnect();
+        throw new Error(
+          `port ${port} is held by another redis-server (pid ${pid}); run the bench again`,
+        );
+      }
       return { url: `redis://127.0.0.1:${port}`, unixSocket, pid: pidOf(child), client };
     } catch (error) {
+      if (error instanceof Error && error.message.includes('is held by another')) throw error;
       client.disconnect();
       if (Date.now() > deadline || child.exitCode !== null) {
         throw new Error(`redis-server did not start on port ${port}: ${String(error)} ${stderr()}`);

@@ -59,8 +59,24 @@ export async function startRedis(): Promise<TestRedis> {
   return containerRedis();
 }
 
+/**
+ * Another suite running beside this one may pick the same free port a moment earlier: then a
+ * redis-server of its own answers there, and ours exits. The server is taken only once its
+ * process id says it is ours, and a clash starts again on another port.
+ */
 async function spawnRedis(): Promise<TestRedis> {
-  const port = await freePort();
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await spawnRedisOn(await freePort());
+    } catch (error) {
+      if (!(error instanceof PortTaken) || attempt >= 5) throw error;
+    }
+  }
+}
+
+export class PortTaken extends Error {}
+
+export async function spawnRedisOn(port: number): Promise<TestRedis> {
   const unixSocket = join(mkdtempSync(join(tmpdir(), 'tollgate-redis-')), 'redis.sock');
   let child: ChildProcess | undefined;
 
@@ -81,7 +97,7 @@ async function spawnRedis(): Promise<TestRedis> {
       ]),
       { stdio: 'ignore' },
     );
-    await waitForPing(port);
+    await waitForPing(port, child);
   };
   const kill = async () => {
     const dying = child;
@@ -120,7 +136,7 @@ async function spawnRedis(): Promise<TestRedis> {
   };
 }
 
-async function waitForPing(port: number): Promise<void> {
+async function waitForPing(port: number, child: ChildProcess | undefined): Promise<void> {
   const deadline = Date.now() + 10_000;
   for (;;) {
     const probe = new Redis({
@@ -132,9 +148,14 @@ async function waitForPing(port: number): Promise<void> {
     probe.on('error', () => {});
     try {
       await probe.connect();
-      await probe.ping();
+      const pid = Number(/^process_id:(\d+)/m.exec(await probe.info('server'))?.[1]);
+      if (pid !== child?.pid) {
+        child?.kill('SIGKILL');
+        throw new PortTaken(`port ${port} is held by another redis-server (pid ${pid})`);
+      }
       return;
     } catch (error) {
+      if (error instanceof PortTaken) throw error;
       if (Date.now() > deadline)
         throw new Error(`redis-server on port ${port} did not start: ${error}`);
       await new Promise((resolve) => setTimeout(resolve, 50));
