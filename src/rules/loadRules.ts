@@ -158,11 +158,21 @@ function checkReplaces(rules: DomainRules): void {
 
 /** Loads every rules file under `configPath` into one `RuleSet`; throws `RulesError` on any problem. */
 export function loadRules(configPath: string, options: LoadRulesOptions): RuleSet {
+  return combineDomains(
+    ruleFiles(configPath).map((path) => parseFile(path, options)),
+    options,
+  );
+}
+
+/**
+ * One rule set from each source's domain (a file, or an xDS resource), in order: a domain given
+ * twice is an error, or merges with MERGE_DOMAIN_CONFIG.
+ */
+export function combineDomains(parsed: DomainRules[], options: LoadRulesOptions): RuleSet {
   const domains = new Map<string, DomainRules>();
   /** The file that gave each merged domain its tenant_key. */
   const tenantKeyFiles = new Map<string, string>();
-  for (const path of ruleFiles(configPath)) {
-    const rules = parseFile(path, options);
+  for (const rules of parsed) {
     const previous = domains.get(rules.domain);
     if (previous === undefined) {
       domains.set(rules.domain, rules);

@@ -1,0 +1,140 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import protobuf from 'protobufjs';
+import { describe, expect, it } from 'vitest';
+import { protoDir } from '../../src/grpc/protos.js';
+import { dumpRules } from '../../src/rules/dumpRules.js';
+import { loadRules } from '../../src/rules/loadRules.js';
+import { loadXdsRules, RATE_LIMIT_CONFIG_TYPE } from '../../src/rules/xdsRules.js';
+
+const root = new protobuf.Root();
+root.resolvePath = (_origin, target) => `${protoDir}${target}`;
+root.loadSync('ratelimit/config/ratelimit/v3/rls_conf.proto', { keepCase: true });
+const RateLimitConfig = root.lookupType('ratelimit.config.ratelimit.v3.RateLimitConfig');
+
+/** A resource as a management server sends it: the config, encoded, in an Any. */
+function resource(config: object) {
+  const value = RateLimitConfig.encode(RateLimitConfig.fromObject(config)).finish();
+  return { type_url: RATE_LIMIT_CONFIG_TYPE, value };
+}
+
+const options = { defaultAlgorithm: 'fixed_window' as const };
+
+describe('rules over xDS', () => {
+  it('reads a RateLimitConfig as the same rules file would be read', () => {
+    const rules = loadXdsRules(
+      [
+        resource({
+          name: 'api',
+          domain: 'api',
+          descriptors: [
+            {
+              key: 'tenant',
+              rate_limit: { unit: 'MINUTE', requests_per_unit: 5 },
+              descriptors: [
+                {
+                  key: 'route',
+                  value: '/login',
+                  rate_limit: { unit: 'SECOND', requests_per_unit: 1 },
+                },
+              ],
+            },
+            { key: 'vip', rate_limit: { unlimited: true }, shadow_mode: true },
+            {
+              key: 'plan',
+              detailed_metric: true,
+              rate_limit: { unit: 'HOUR', requests_per_unit: 100, name: 'hourly' },
+              metadata: { fields: { team: { stringValue: 'edge' }, tier: { numberValue: 2 } } },
+            },
+          ],
+        }),
+      ],
+      options,
+    );
+    const dir = mkdtempSync(join(tmpdir(), 'tollgate-xds-'));
+    const file = join(dir, 'api.yaml');
+    writeFileSync(
+      file,
+      [
+        'domain: api',
+        'descriptors:',
+        '  - key: tenant',
+        '    rate_limit: { unit: minute, requests_per_unit: 5 }',
+        '    descriptors:',
+        '      - key: route',
+        '        value: /login',
+        '        rate_limit: { unit: second, requests_per_unit: 1 }',
+        '  - key: vip',
+        '    rate_limit: { unlimited: true }',
+        '    shadow_mode: true',
+        '  - key: plan',
+        '    detailed_metric: true',
+        '    rate_limit: { unit: hour, requests_per_unit: 100, name: hourly }',
+        '    metadata: { team: edge, tier: 2 }',
+        '',
+      ].join('\n'),
+    );
+    try {
+      expect(dumpRules(rules)).toEqual(dumpRules(loadRules(file, options)));
+      const plan = rules.domains.get('api')?.root.bare.get('plan');
+      expect(plan?.metadata).toEqual({ team: 'edge', tier: 2 });
+      expect(plan?.detailedMetric).toBe(true);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('names the resource, the path and the key of a bad rule', () => {
+    expect(() =>
+      loadXdsRules(
+        [
+          resource({
+            name: 'edge-rules',
+            domain: 'api',
+            descriptors: [{ key: 'tenant', rate_limit: { requests_per_unit: 5 } }],
+          }),
+        ],
+        options,
+      ),
+    ).toThrow(
+      /^RateLimitConfig 'edge-rules': descriptors\[0\]\.rate_limit\.unit: 'unknown' is not one of/,
+    );
+    expect(() =>
+      loadXdsRules([resource({ name: 'x', domain: '', descriptors: [] })], options),
+    ).toThrow(/^RateLimitConfig 'x': domain: /);
+  });
+
+  it('refuses one domain in two resources unless MERGE_DOMAIN_CONFIG merges them', () => {
+    const a = resource({
+      name: 'a',
+      domain: 'api',
+      descriptors: [{ key: 'tenant', rate_limit: { unit: 'MINUTE', requests_per_unit: 5 } }],
+    });
+    const b = resource({
+      name: 'b',
+      domain: 'api',
+      descriptors: [{ key: 'ip', rate_limit: { unit: 'SECOND', requests_per_unit: 9 } }],
+    });
+    expect(() => loadXdsRules([a, b], options)).toThrow(/already defined in RateLimitConfig 'a'/);
+    const merged = loadXdsRules([a, b], { ...options, mergeDomainConfig: true });
+    const lines = dumpRules(merged).join('\n');
+    expect(lines).toContain('tenant');
+    expect(lines).toContain('ip');
+  });
+
+  it('refuses a resource of another type, and bytes that are not a RateLimitConfig', () => {
+    expect(() =>
+      loadXdsRules(
+        [{ type_url: 'type.googleapis.com/google.protobuf.Empty', value: new Uint8Array() }],
+        options,
+      ),
+    ).toThrow(/resources\[0\]: type 'type.googleapis.com\/google.protobuf.Empty' is not/);
+    expect(() =>
+      loadXdsRules(
+        [{ type_url: RATE_LIMIT_CONFIG_TYPE, value: Uint8Array.of(0x0a, 0xff) }],
+        options,
+      ),
+    ).toThrow(/resources\[0\]: not a RateLimitConfig/);
+  });
+});
