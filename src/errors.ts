@@ -21,6 +21,14 @@ export class StoreError extends Error {
   }
 }
 
+/**
+ * No rules are loaded yet: with CONFIG_TYPE=GRPC_XDS_SOTW and FORCE_START_WITHOUT_INITIAL_CONFIG,
+ * the service serves before the management server has sent any. Answered UNAVAILABLE.
+ */
+export class NoRulesError extends Error {
+  override readonly name = 'NoRulesError';
+}
+
 /** A rules file is invalid. The message names the file, the path in it and the key. */
 export class RulesError extends Error {
   override readonly name = 'RulesError';

@@ -57,6 +57,7 @@
 import {
   AggregatorRegistry,
   Counter,
+  Gauge,
   Histogram,
   Registry,
   collectDefaultMetrics,
@@ -99,6 +100,8 @@ export interface Metrics {
   invalidRequest(): void;
   /** One call per rules load or reload. */
   configLoad(ok: boolean): void;
+  /** The rules in force came from `source` at `version` (xDS): an info gauge, not a label. */
+  rulesVersion(source: string, version: string): void;
   /** A server bound refused or ended a connection or a call. */
   boundReached(bound: Bound): void;
   /** The Content-Type of `text()`. */
@@ -256,6 +259,13 @@ export function createMetrics(options: MetricsOptions): Metrics {
     labelNames: ['result'] as const,
     registers,
   });
+  const rulesInfo = new Gauge({
+    name: 'tollgate_rules_info',
+    help: 'The rules in force: 1 for their source and version (xDS), one series at a time.',
+    labelNames: ['source', 'version'] as const,
+    aggregator: 'max',
+    registers,
+  });
   const invalidRequests = new Counter({
     name: 'tollgate_invalid_requests_total',
     help: 'Requests refused as malformed (INVALID_ARGUMENT, or HTTP 400 on /json).',
@@ -382,6 +392,12 @@ export function createMetrics(options: MetricsOptions): Metrics {
     invalidRequest(): void {
       requestsChild.inc();
       invalidRequests.inc();
+    },
+
+    rulesVersion(source: string, version: string): void {
+      rulesInfo.reset();
+      // A version is the management server's free text: bounded, so a hostile one costs little.
+      rulesInfo.labels(source, version.slice(0, 128)).set(1);
     },
 
     configLoad(ok: boolean): void {

@@ -1,5 +1,6 @@
 import type { Check, Decision } from './check.js';
-import { InvalidRequestError, SettingsError, StoreError } from './errors.js';
+import { readFileSync } from 'node:fs';
+import { InvalidRequestError, NoRulesError, SettingsError, StoreError } from './errors.js';
 import { createServerCredentials } from './grpc/credentials.js';
 import { createGrpcServer, routeGrpcLogs } from './grpc/server.js';
 import { grpcServerOptions, guardOptions } from './grpc/serverOptions.js';
@@ -11,7 +12,8 @@ import { dumpRules } from './rules/dumpRules.js';
 import { loadRulesOffThread } from './rules/loadOffThread.js';
 import { loadRules } from './rules/loadRules.js';
 import type { RuleSet } from './rules/types.js';
-import { watchRules } from './rules/watchRules.js';
+import { watchRules, type RulesWatcher } from './rules/watchRules.js';
+import { startXdsClient, type XdsClient } from './rules/xdsClient.js';
 import type { Settings } from './settings.js';
 import { createMemoryStore } from './store/memoryStore.js';
 import { createRedisStore } from './store/redisStore.js';
@@ -82,6 +84,13 @@ function jsonRefusal(settings: Settings): string | undefined {
   );
 }
 
+/** tollgate's version, which the xDS node reports as its user agent version. */
+const PACKAGE_VERSION = (
+  JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
+    version: string;
+  }
+).version;
+
 /** Store errors that mean Redis cannot be reached or cannot serve now; the rest are refusals. */
 const UNREACHABLE_KINDS = new Set(['timeout', 'connection', 'unavailable']);
 
@@ -106,18 +115,30 @@ export function createService(options: ServiceOptions): Service {
   );
   const tracing = createTracing({ env: options.env ?? process.env });
 
-  const load = () =>
-    loadRules(settings.configPath, {
-      defaultAlgorithm: settings.defaultAlgorithm,
-      mergeDomainConfig: settings.mergeDomainConfig,
-    });
+  const loadOptions = {
+    defaultAlgorithm: settings.defaultAlgorithm,
+    mergeDomainConfig: settings.mergeDomainConfig,
+  };
+  const xds = settings.xds;
   // The one reference every check reads: a reload swaps it whole, so no check sees half a config.
-  let rules: RuleSet = load();
-  metrics.configLoad(true);
-  logger.info(
-    { configPath: settings.configPath, domains: [...rules.domains.keys()] },
-    'rules loaded',
-  );
+  // Over xDS there is none until the management server sends the first.
+  let rules: RuleSet | undefined;
+  /** The applied xDS version; undefined with files. */
+  let rulesVersion: string | undefined;
+  if (xds === undefined) {
+    rules = loadRules(settings.configPath, loadOptions);
+    metrics.configLoad(true);
+    logger.info(
+      { configPath: settings.configPath, domains: [...rules.domains.keys()] },
+      'rules loaded',
+    );
+  }
+  const currentRules = (): RuleSet => {
+    if (rules !== undefined) return rules;
+    throw new NoRulesError(
+      `no rate limit configuration is loaded yet: waiting for the xDS management server at ${xds?.serverUrl ?? '?'}`,
+    );
+  };
   const store: Store = settings.redis
     ? createRedisStore(settings.redis, {
         onError: (error) => logger.debug({ err: error, kind: error.kind }, 'redis connection'),
@@ -151,7 +172,7 @@ export function createService(options: ServiceOptions): Service {
   };
 
   const limiter = createLimiter({
-    rules: () => rules,
+    rules: currentRules,
     store,
     clock: settings.clock === 'local' ? clock : undefined,
     defaultAlgorithm: settings.defaultAlgorithm,
@@ -188,7 +209,8 @@ export function createService(options: ServiceOptions): Service {
       return decision;
     } catch (error) {
       if (error instanceof InvalidRequestError) outcome = 'invalid';
-      else if (error instanceof StoreError) outcome = 'unavailable';
+      else if (error instanceof StoreError || error instanceof NoRulesError)
+        outcome = 'unavailable';
       throw error;
     } finally {
       metrics.observeLatency((performance.now() - started) / 1000, outcome);
@@ -231,6 +253,13 @@ export function createService(options: ServiceOptions): Service {
   let draining = false;
   const health = () => {
     if (draining) return { serving: false, reason: 'NOT_SERVING: draining' };
+    if (rules === undefined && xds?.healthyWithConfigOnly) {
+      return {
+        serving: false,
+        reason:
+          'NOT_SERVING: no rate limit configuration is loaded yet (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true)',
+      };
+    }
     if (storeProblem === undefined) return { serving: true, reason: 'OK' };
     const what = UNREACHABLE_KINDS.has(storeProblem.kind)
       ? 'store unreachable'
@@ -254,7 +283,12 @@ export function createService(options: ServiceOptions): Service {
     metrics:
       options.metricsExposition ??
       (async () => ({ contentType: metrics.contentType, body: await metrics.text() })),
-    rules: () => dumpRules(rules),
+    rules: () => {
+      const lines = rules === undefined ? [] : dumpRules(rules);
+      if (xds === undefined) return lines;
+      const version = rulesVersion === undefined ? 'none yet' : `'${rulesVersion}'`;
+      return [`# source: xds ${xds.serverUrl}, version ${version}`, ...lines];
+    },
     limits,
     onInternalError,
     onInvalidRequest,
@@ -290,28 +324,82 @@ export function createService(options: ServiceOptions): Service {
 
   // Last, so that nothing above can fail and leave a watcher running. Reloads load off this
   // thread: parsing a large file takes seconds, which calls must not wait for.
-  const watcher = watchRules({
-    path: settings.configPath,
-    load: () =>
-      loadRulesOffThread(settings.configPath, {
-        defaultAlgorithm: settings.defaultAlgorithm,
-        mergeDomainConfig: settings.mergeDomainConfig,
-      }),
-    pollIntervalMs: settings.configPollIntervalMs,
-    settleMs: settings.configSettleMs,
-    onReload: (next) => {
-      rules = next;
-      metrics.configLoad(true);
-      logger.info({ domains: [...next.domains.keys()] }, 'rules reloaded');
-    },
-    onError: (error) => {
-      metrics.configLoad(false);
-      logger.error({ err: error }, 'rules reload failed; the previous rules stay in force');
-    },
-  });
+  const watcher: RulesWatcher | undefined = xds
+    ? undefined
+    : watchRules({
+        path: settings.configPath,
+        load: () =>
+          loadRulesOffThread({ kind: 'files', configPath: settings.configPath }, loadOptions),
+        pollIntervalMs: settings.configPollIntervalMs,
+        settleMs: settings.configSettleMs,
+        onReload: (next) => {
+          rules = next;
+          metrics.configLoad(true);
+          logger.info({ domains: [...next.domains.keys()] }, 'rules reloaded');
+        },
+        onError: (error) => {
+          metrics.configLoad(false);
+          logger.error({ err: error }, 'rules reload failed; the previous rules stay in force');
+        },
+      });
+
+  let xdsClient: XdsClient | undefined;
+  /** Starts the xDS client; resolves once the first configuration is applied. */
+  const startXds = (settingsXds: NonNullable<typeof xds>): Promise<void> =>
+    new Promise((resolve) => {
+      xdsClient = startXdsClient({
+        settings: settingsXds,
+        version: PACKAGE_VERSION,
+        load: (source) => loadRulesOffThread(source, loadOptions),
+        onApplied: (next, version) => {
+          const first = rules === undefined;
+          rules = next;
+          rulesVersion = version;
+          metrics.configLoad(true);
+          metrics.rulesVersion('xds', version);
+          logger.info({ version, domains: [...next.domains.keys()] }, 'xds rules applied');
+          if (first) {
+            updateHealth();
+            resolve();
+          }
+        },
+        onRejected: (error, version) => {
+          metrics.configLoad(false);
+          logger.error(
+            { err: error, version, inForce: rulesVersion ?? 'none' },
+            'xds rules refused (NACK); the previous rules stay in force',
+          );
+        },
+        onStream: ({ connected, error, retryInMs }) => {
+          if (connected) logger.info({ server: settingsXds.serverUrl }, 'xds stream open');
+          else {
+            logger.warn(
+              {
+                server: settingsXds.serverUrl,
+                err: error,
+                retryInMs,
+                inForce: rulesVersion ?? 'none',
+              },
+              'xds stream lost; serving the rules in force and reconnecting',
+            );
+          }
+        },
+      });
+    });
 
   return {
     async start() {
+      if (xds) {
+        const first = startXds(xds);
+        if (!xds.forceStart) {
+          logger.info(
+            { server: xds.serverUrl, nodeId: xds.nodeId },
+            'waiting for the first rules from the xds management server before serving ' +
+              '(FORCE_START_WITHOUT_INITIAL_CONFIG=true serves at once)',
+          );
+          await first;
+        }
+      }
       await probe();
       probeTimer = setInterval(() => void probe(), options.healthIntervalMs ?? 1_000);
       probeTimer.unref();
@@ -329,13 +417,16 @@ export function createService(options: ServiceOptions): Service {
         .catch((error: unknown) => {
           throw listenError('PORT', `${settings.host}:${settings.port}`, error);
         });
-      const loaded = countRules(rules);
+      const loaded = rules ? countRules(rules) : { domains: 0, rules: 0 };
       logger.info(
         {
           grpc: settings.grpcUds ?? `${settings.grpcHost}:${grpcPort}`,
           http: `${settings.host}:${httpPort}`,
           store: describeStore(settings),
-          rules: { source: settings.configPath, ...loaded },
+          rules: {
+            source: xds ? `xds ${xds.serverUrl} (node ${xds.nodeId})` : settings.configPath,
+            ...loaded,
+          },
           failureMode: settings.failureMode,
           ...(settings.redis ? { redisTimeoutMs: settings.redis.timeoutMs } : {}),
           compatMode: settings.compatMode,
@@ -359,14 +450,15 @@ export function createService(options: ServiceOptions): Service {
     },
 
     reload() {
-      watcher.reload();
+      watcher?.reload();
     },
 
     async stop(graceMs = settings.shutdownGraceMs) {
       draining = true;
       updateHealth();
       clearInterval(probeTimer);
-      watcher.close();
+      watcher?.close();
+      xdsClient?.close();
       await Promise.all([grpcServer.shutdown(graceMs), httpServer.close(graceMs)]);
       await tracing.shutdown();
       await statsd?.close();

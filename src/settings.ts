@@ -18,8 +18,10 @@ export interface Settings {
   grpcUds: string | undefined;
   host: string;
   port: number;
-  /** A rules file or a directory of them. */
+  /** A rules file or a directory of them (CONFIG_TYPE=FILE). */
   configPath: string;
+  /** CONFIG_TYPE=GRPC_XDS_SOTW: the rules come from an xDS management server instead. */
+  xds: XdsSettings | undefined;
   redis: RedisSettings | undefined;
   failureMode: FailureMode;
   clock: 'redis' | 'local';
@@ -150,6 +152,33 @@ export interface RedisTls {
   skipHostnameVerification: boolean;
 }
 
+/** The xDS client's settings, with the reference's names and defaults. */
+export interface XdsSettings {
+  /** host:port of the management server (CONFIG_GRPC_XDS_SERVER_URL). */
+  serverUrl: string;
+  nodeId: string;
+  nodeMetadata: Record<string, string>;
+  /** Until a first stream has been opened: how long between attempts. */
+  connectRetryIntervalMs: number;
+  additionalHeaders: Record<string, string>;
+  tls:
+    | {
+        certPath: string | undefined;
+        keyPath: string | undefined;
+        caPath: string | undefined;
+        san: string | undefined;
+      }
+    | undefined;
+  /** After a stream is lost: waits from `initialMs`, doubling up to `maxMs`. */
+  backoff: { initialMs: number; maxMs: number; randomFactor: number; jitter: boolean };
+  /** The largest response accepted; unset: gRPC's 4 MiB. */
+  maxMessageBytes: number | undefined;
+  /** Serve before the first configuration arrives, answering checks UNAVAILABLE meanwhile. */
+  forceStart: boolean;
+  /** With forceStart: health says NOT_SERVING until a configuration is loaded. */
+  healthyWithConfigOnly: boolean;
+}
+
 export const BUNDLED_RULES = fileURLToPath(new URL('../config/example.yaml', import.meta.url));
 
 export function readSettings(env: Env = process.env): Settings {
@@ -189,6 +218,7 @@ function readAll(env: Env): Settings {
     host: get('HOST', '0.0.0.0'),
     port: integer(env, 'PORT', 8080, 0, 65_535),
     configPath,
+    xds: readXds(env),
     redis: readRedis(env),
     failureMode: oneOf(env, 'FAILURE_MODE', ['error', 'deny', 'allow'] as const, 'error'),
     clock: oneOf(env, 'CLOCK', ['redis', 'local'] as const, 'redis'),
@@ -258,12 +288,6 @@ function readAll(env: Env): Settings {
     statsd: readStatsd(env),
   };
 
-  const configType = env.CONFIG_TYPE ?? '';
-  if (configType !== '' && !/^file$/i.test(configType)) {
-    throw new SettingsError(
-      `CONFIG_TYPE: '${configType}' is not supported yet; rules come from files (CONFIG_PATH)`,
-    );
-  }
   if (/[{}]/.test(settings.cacheKeyPrefix)) {
     throw new SettingsError(
       'CACHE_KEY_PREFIX: may not contain { or }, which Redis reads as a hash tag',
@@ -278,6 +302,64 @@ function readAll(env: Env): Settings {
     throw new SettingsError('WORKERS: more than 1 needs REDIS_URL, since workers share no memory');
   }
   return settings;
+}
+
+/** `k1=v1,k2=v2` (or `k1:v1,...`, as the reference's map settings are written). */
+function pairs(env: Env, name: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  const value = env[name];
+  if (!value) return out;
+  for (const item of value.split(',')) {
+    if (item.trim() === '') continue;
+    const at = item.search(/[=:]/);
+    if (at <= 0) throw new SettingsError(`${name}: '${item}' is not key=value`);
+    Object.defineProperty(out, item.slice(0, at).trim(), {
+      value: item.slice(at + 1).trim(),
+      enumerable: true,
+    });
+  }
+  return out;
+}
+
+function readXds(env: Env): XdsSettings | undefined {
+  const type = oneOf(env, 'CONFIG_TYPE', ['file', 'grpc_xds_sotw'] as const, 'file', true);
+  if (type === 'file') return undefined;
+  const forceStart = boolean(env, 'FORCE_START_WITHOUT_INITIAL_CONFIG', false);
+  const maxMessageBytes = optional(env, 'XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES');
+  const initialMs = duration(env, 'XDS_CLIENT_BACKOFF_INITIAL_INTERVAL', '10s');
+  const maxMs = duration(env, 'XDS_CLIENT_BACKOFF_MAX_INTERVAL', '60s');
+  if (maxMs < initialMs) {
+    throw new SettingsError(
+      `XDS_CLIENT_BACKOFF_MAX_INTERVAL: ${maxMs}ms is shorter than XDS_CLIENT_BACKOFF_INITIAL_INTERVAL (${initialMs}ms)`,
+    );
+  }
+  return {
+    serverUrl: text(env, 'CONFIG_GRPC_XDS_SERVER_URL', 'localhost:18000'),
+    nodeId: text(env, 'CONFIG_GRPC_XDS_NODE_ID', 'default'),
+    nodeMetadata: pairs(env, 'CONFIG_GRPC_XDS_NODE_METADATA'),
+    connectRetryIntervalMs: duration(env, 'CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL', '3s'),
+    additionalHeaders: pairs(env, 'CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS'),
+    tls: boolean(env, 'CONFIG_GRPC_XDS_SERVER_USE_TLS', false)
+      ? {
+          certPath: optional(env, 'CONFIG_GRPC_XDS_CLIENT_TLS_CERT'),
+          keyPath: optional(env, 'CONFIG_GRPC_XDS_CLIENT_TLS_KEY'),
+          caPath: optional(env, 'CONFIG_GRPC_XDS_SERVER_TLS_CACERT'),
+          san: optional(env, 'CONFIG_GRPC_XDS_SERVER_TLS_SAN'),
+        }
+      : undefined,
+    backoff: {
+      initialMs,
+      maxMs,
+      randomFactor: ratio(env, 'XDS_CLIENT_BACKOFF_RANDOM_FACTOR', 0.5),
+      jitter: boolean(env, 'XDS_CLIENT_BACKOFF_JITTER', true),
+    },
+    maxMessageBytes:
+      maxMessageBytes === undefined
+        ? undefined
+        : integer(env, 'XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES', 0, 1, 2 ** 31 - 1),
+    forceStart,
+    healthyWithConfigOnly: boolean(env, 'HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED', false),
+  };
 }
 
 function readGrpcServer(env: Env, redisTimeoutMs: number): GrpcServerSettings {

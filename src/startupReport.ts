@@ -61,11 +61,6 @@ const REFERENCE_ONLY: readonly [RegExp, string, ((value: string) => boolean)?][]
     /^(RUNTIME_WATCH_ROOT|RUNTIME_IGNOREDOTFILES)$/,
     'the rules directory is watched as a whole, and dotfiles are skipped',
   ],
-  [
-    /^(HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED|FORCE_START_WITHOUT_INITIAL_CONFIG)$/,
-    'rules come from files, loaded before serving',
-  ],
-  [/^(CONFIG_GRPC_XDS_|XDS_CLIENT_)/, 'rules come from files (CONFIG_PATH)'],
   [/^TRACING_/, 'tracing reads the OTEL_* variables'],
 ];
 
@@ -80,6 +75,23 @@ function modeWarnings(env: Record<string, string | undefined>): string[] {
       'STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true is read only under COMPAT_MODE=reference: ' +
         'without it, a denied request never increments any counter',
     );
+  }
+  if (!/^grpc_xds_sotw$/i.test(env.CONFIG_TYPE ?? '')) {
+    const set = Object.keys(env)
+      .filter(
+        (name) =>
+          (env[name] ?? '') !== '' &&
+          /^(CONFIG_GRPC_XDS_|XDS_CLIENT_|FORCE_START_WITHOUT_INITIAL_CONFIG$|HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED$)/.test(
+            name,
+          ),
+      )
+      .sort();
+    if (set.length > 0) {
+      warnings.push(
+        `${set.join(', ')} ${set.length === 1 ? 'is' : 'are'} set but read only with ` +
+          'CONFIG_TYPE=GRPC_XDS_SOTW: the rules come from files (CONFIG_PATH)',
+      );
+    }
   }
   if (!/^(true|1)$/i.test(env.USE_STATSD ?? '')) {
     const set = [

@@ -3,7 +3,7 @@
  * tell an UNKNOWN apart from a crash.
  */
 import { status as Status } from '@grpc/grpc-js';
-import { InvalidRequestError, StoreError } from '../errors.js';
+import { InvalidRequestError, NoRulesError, StoreError } from '../errors.js';
 
 export interface GrpcStatus {
   code: Status;
@@ -18,6 +18,7 @@ export function toGrpcStatus(error: unknown): GrpcStatus {
   if (error instanceof StoreError) {
     return { code: Status.UNAVAILABLE, details: `store unavailable: ${error.message}` };
   }
+  if (error instanceof NoRulesError) return { code: Status.UNAVAILABLE, details: error.message };
   // An unexpected error is a bug here; its message may expose internals, so it is not sent.
   return { code: Status.INTERNAL, details: 'internal error' };
 }

@@ -2,7 +2,7 @@
  * The one place where an error becomes an HTTP answer, as `grpc/status.ts` is for gRPC: the same
  * errors, the same messages.
  */
-import { InvalidRequestError, StoreError } from '../errors.js';
+import { InvalidRequestError, NoRulesError, StoreError } from '../errors.js';
 
 export interface HttpReply {
   status: number;
@@ -23,6 +23,7 @@ export function toHttpError(error: unknown, onInternalError?: (error: unknown) =
   if (error instanceof StoreError) {
     return { status: 503, body: `store unavailable: ${error.message}`, contentType: plain };
   }
+  if (error instanceof NoRulesError) return { status: 503, body: error.message, contentType: plain };
   // An unexpected error is a bug here; its message may expose internals, so it is not sent.
   onInternalError?.(error);
   return { status: 500, body: 'internal error', contentType: plain };

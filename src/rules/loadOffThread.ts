@@ -9,13 +9,13 @@
  * compiled worker to start: the rules then load on this thread, as at start-up.
  */
 import { existsSync } from 'node:fs';
-import { basename } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { RulesError } from '../errors.js';
-import { loadRules, type LoadRulesOptions } from './loadRules.js';
+import type { LoadRulesOptions } from './loadRules.js';
 import type { LoadWorkerData, LoadWorkerMessage } from './loadWorker.js';
 import { createRuleAssembler } from './ruleRecords.js';
+import { loadSource, sourceName, type RulesSource } from './rulesSource.js';
 import type { RuleSet } from './types.js';
 
 /** The worker's heap: twice what the largest file allowed (4 MiB, 50,000 rules) needs. */
@@ -28,13 +28,13 @@ const BATCH_SIZE = 1_000;
 const workerFile = fileURLToPath(new URL('./loadWorker.js', import.meta.url));
 
 export function loadRulesOffThread(
-  configPath: string,
+  source: RulesSource,
   options: LoadRulesOptions,
 ): Promise<RuleSet> {
-  if (!existsSync(workerFile)) return Promise.resolve().then(() => loadRules(configPath, options));
-  const name = basename(configPath);
+  if (!existsSync(workerFile)) return Promise.resolve().then(() => loadSource(source, options));
+  const name = sourceName(source);
   return new Promise<RuleSet>((resolve, reject) => {
-    const data: LoadWorkerData = { configPath, options, batchSize: BATCH_SIZE };
+    const data: LoadWorkerData = { source, options, batchSize: BATCH_SIZE };
     const worker = new Worker(workerFile, {
       workerData: data,
       resourceLimits: { maxOldGenerationSizeMb: LOAD_HEAP_MB },

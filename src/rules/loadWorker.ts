@@ -3,11 +3,12 @@
  * records, one batch each time the serving thread asks for the next (see ruleRecords.ts).
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { loadRules, type LoadRulesOptions } from './loadRules.js';
+import type { LoadRulesOptions } from './loadRules.js';
 import { ruleRecords, type RuleRecord } from './ruleRecords.js';
+import { loadSource, type RulesSource } from './rulesSource.js';
 
 export interface LoadWorkerData {
-  configPath: string;
+  source: RulesSource;
   options: LoadRulesOptions;
   batchSize: number;
 }
@@ -18,11 +19,11 @@ export type LoadWorkerMessage =
 
 const port = parentPort;
 if (port === null) throw new Error('loadWorker.js runs as a worker thread');
-const { configPath, options, batchSize } = workerData as LoadWorkerData;
+const { source, options, batchSize } = workerData as LoadWorkerData;
 
 function start(): Generator<RuleRecord> | undefined {
   try {
-    return ruleRecords(loadRules(configPath, options));
+    return ruleRecords(loadSource(source, options));
   } catch (error) {
     const { name, message } = error instanceof Error ? error : new Error(String(error));
     port?.postMessage({ error: { name, message } } satisfies LoadWorkerMessage);

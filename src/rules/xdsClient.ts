@@ -1,0 +1,242 @@
+/**
+ * The rules from an xDS management server (CONFIG_TYPE=GRPC_XDS_SOTW), as Envoy Gateway serves
+ * them to envoyproxy/ratelimit: one aggregated (ADS), state-of-the-world stream that subscribes to
+ * every RateLimitConfig.
+ *
+ * - The first request of each stream carries the node: its id and metadata.
+ * - Each response is the whole rule set. It loads off the serving thread, like a file reload;
+ *   applied, it is ACKed with its version; refused, it is NACKed with the previous version and the
+ *   reason in `error_detail`, and the rules in force stay.
+ * - Responses apply one at a time, in order. One that arrives while another loads waits, and a
+ *   later one replaces it: state of the world, only the latest matters.
+ * - A lost stream is opened again: every CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL until a
+ *   first response has arrived, then with backoff from XDS_CLIENT_BACKOFF_INITIAL_INTERVAL,
+ *   doubling up to XDS_CLIENT_BACKOFF_MAX_INTERVAL. The rules in force keep serving meanwhile.
+ */
+import { readFileSync } from 'node:fs';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import { protoDir } from '../grpc/protos.js';
+import type { XdsSettings } from '../settings.js';
+import type { RulesSource } from './rulesSource.js';
+import type { RuleSet } from './types.js';
+import { RATE_LIMIT_CONFIG_TYPE, type XdsResource } from './xdsRules.js';
+
+/** gRPC's own default, which the reference keeps unless XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES is set. */
+const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
+/** google.rpc.Code.INVALID_ARGUMENT, the code of a NACK's error_detail. */
+const INVALID_ARGUMENT = 3;
+
+export interface XdsClientOptions {
+  settings: XdsSettings;
+  /** tollgate's version, sent as the node's user agent version. */
+  version: string;
+  /** Loads one update's rules (off the serving thread); rejects with why they are refused. */
+  load: (source: RulesSource) => Promise<RuleSet>;
+  onApplied: (rules: RuleSet, version: string) => void;
+  onRejected: (error: Error, version: string) => void;
+  /** A stream opened (connected) or was lost, with why. */
+  onStream?: (event: { connected: boolean; error?: Error; retryInMs?: number }) => void;
+  /** Tests only: the randomness of the backoff. */
+  random?: () => number;
+}
+
+export interface XdsClient {
+  /** The version of the rules in force; undefined before the first. */
+  readonly version: string | undefined;
+  close(): void;
+}
+
+interface DiscoveryResponse {
+  version_info?: string;
+  resources?: XdsResource[];
+  type_url?: string;
+  nonce?: string;
+}
+
+type AdsStream = grpc.ClientDuplexStream<object, DiscoveryResponse>;
+
+let adsClient: grpc.ServiceClientConstructor | undefined;
+function adsClientConstructor(): grpc.ServiceClientConstructor {
+  if (adsClient === undefined) {
+    const definition = protoLoader.loadSync('envoy/service/discovery/v3/ads.proto', {
+      keepCase: true,
+      longs: String,
+      enums: String,
+      defaults: false,
+      oneofs: true,
+      includeDirs: [protoDir],
+    });
+    const loaded = grpc.loadPackageDefinition(definition) as unknown as {
+      envoy: {
+        service: {
+          discovery: { v3: { AggregatedDiscoveryService: grpc.ServiceClientConstructor } };
+        };
+      };
+    };
+    adsClient = loaded.envoy.service.discovery.v3.AggregatedDiscoveryService;
+  }
+  return adsClient;
+}
+
+function credentialsOf(settings: XdsSettings): grpc.ChannelCredentials {
+  const tls = settings.tls;
+  if (tls === undefined) return grpc.credentials.createInsecure();
+  const read = (path: string | undefined) => (path ? readFileSync(path) : null);
+  return grpc.credentials.createSsl(read(tls.caPath), read(tls.keyPath), read(tls.certPath));
+}
+
+/** The node's metadata as a google.protobuf.Struct of strings. */
+function metadataStruct(metadata: Record<string, string>) {
+  const fields: Record<string, { stringValue: string }> = {};
+  for (const [key, value] of Object.entries(metadata)) {
+    Object.defineProperty(fields, key, { value: { stringValue: value }, enumerable: true });
+  }
+  return { fields };
+}
+
+export function startXdsClient(options: XdsClientOptions): XdsClient {
+  const { settings } = options;
+  const random = options.random ?? Math.random;
+  const Client = adsClientConstructor();
+  const channelOptions: grpc.ChannelOptions = {
+    'grpc.max_receive_message_length': settings.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
+    // A silent connection is found within a minute, not at the kernel's leisure.
+    'grpc.keepalive_time_ms': 30_000,
+    'grpc.keepalive_timeout_ms': 10_000,
+    ...(settings.tls?.san ? { 'grpc.ssl_target_name_override': settings.tls.san } : {}),
+  };
+  const client = new Client(settings.serverUrl, credentialsOf(settings), channelOptions);
+  const node = {
+    id: settings.nodeId,
+    metadata: metadataStruct(settings.nodeMetadata),
+    user_agent_name: 'tollgate',
+    user_agent_version: options.version,
+  };
+
+  let closed = false;
+  let applied: string | undefined;
+  let stream: AdsStream | undefined;
+  let retry: NodeJS.Timeout | undefined;
+  /** Whether any stream has had a response: from then on, reconnections back off. */
+  let everAnswered = false;
+  let failures = 0;
+  /** The response waiting to load, and whether one is loading. */
+  let pending: { stream: AdsStream; response: DiscoveryResponse } | undefined;
+  let loading = false;
+
+  const answer = (on: AdsStream, response: DiscoveryResponse, error?: Error) => {
+    if (on !== stream || closed) return;
+    on.write({
+      version_info: error ? (applied ?? '') : (response.version_info ?? ''),
+      resource_names: [],
+      type_url: RATE_LIMIT_CONFIG_TYPE,
+      response_nonce: response.nonce ?? '',
+      ...(error ? { error_detail: { code: INVALID_ARGUMENT, message: error.message } } : {}),
+    });
+  };
+
+  const loadNext = async (): Promise<void> => {
+    if (loading) return;
+    loading = true;
+    while (pending !== undefined && !closed) {
+      const { stream: from, response } = pending;
+      pending = undefined;
+      const version = response.version_info ?? '';
+      try {
+        if (response.type_url !== RATE_LIMIT_CONFIG_TYPE) {
+          throw new Error(
+            `type '${response.type_url ?? ''}' is not ${RATE_LIMIT_CONFIG_TYPE}, the only one asked for`,
+          );
+        }
+        const rules = await options.load({
+          kind: 'xds',
+          version,
+          resources: response.resources ?? [],
+        });
+        if (closed) break;
+        applied = version;
+        options.onApplied(rules, version);
+        answer(from, response);
+      } catch (error) {
+        if (closed) break;
+        const refused = error instanceof Error ? error : new Error(String(error));
+        options.onRejected(refused, version);
+        answer(from, response, refused);
+      }
+    }
+    loading = false;
+  };
+
+  const open = () => {
+    retry = undefined;
+    if (closed) return;
+    const metadata = new grpc.Metadata();
+    for (const [key, value] of Object.entries(settings.additionalHeaders)) {
+      metadata.set(key.toLowerCase(), value);
+    }
+    const call = (
+      client as unknown as { StreamAggregatedResources(m: grpc.Metadata): AdsStream }
+    ).StreamAggregatedResources(metadata);
+    stream = call;
+    let answered = false;
+    call.on('data', (response: DiscoveryResponse) => {
+      if (call !== stream) return;
+      if (!answered) {
+        answered = true;
+        everAnswered = true;
+        failures = 0;
+        options.onStream?.({ connected: true });
+      }
+      pending = { stream: call, response };
+      void loadNext();
+    });
+    let ended = false;
+    const lost = (error?: Error) => {
+      if (ended) return;
+      ended = true;
+      if (call !== stream || closed) return;
+      stream = undefined;
+      const delay = nextDelay();
+      options.onStream?.({
+        connected: false,
+        error: error ?? new Error('the management server ended the stream'),
+        retryInMs: delay,
+      });
+      retry = setTimeout(open, delay);
+      retry.unref();
+    };
+    call.on('error', (error: Error) => lost(error));
+    call.on('end', () => lost());
+    call.write({
+      version_info: applied ?? '',
+      node,
+      resource_names: [],
+      type_url: RATE_LIMIT_CONFIG_TYPE,
+      response_nonce: '',
+    });
+  };
+
+  const nextDelay = (): number => {
+    if (!everAnswered) return settings.connectRetryIntervalMs;
+    const { initialMs, maxMs, randomFactor, jitter } = settings.backoff;
+    const base = Math.min(maxMs, initialMs * 2 ** Math.min(failures, 30));
+    failures += 1;
+    if (!jitter) return base;
+    return Math.max(1, Math.round(base * (1 + randomFactor * (2 * random() - 1))));
+  };
+
+  open();
+  return {
+    get version() {
+      return applied;
+    },
+    close() {
+      closed = true;
+      clearTimeout(retry);
+      stream?.cancel();
+      stream = undefined;
+      client.close();
+    },
+  };
+}
