@@ -23,7 +23,8 @@ export function toHttpError(error: unknown, onInternalError?: (error: unknown) =
   if (error instanceof StoreError) {
     return { status: 503, body: `store unavailable: ${error.message}`, contentType: plain };
   }
-  if (error instanceof NoRulesError) return { status: 503, body: error.message, contentType: plain };
+  if (error instanceof NoRulesError)
+    return { status: 503, body: error.message, contentType: plain };
   // An unexpected error is a bug here; its message may expose internals, so it is not sent.
   onInternalError?.(error);
   return { status: 500, body: 'internal error', contentType: plain };

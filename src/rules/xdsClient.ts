@@ -13,6 +13,7 @@
  *   first response has arrived, then with backoff from XDS_CLIENT_BACKOFF_INITIAL_INTERVAL,
  *   doubling up to XDS_CLIENT_BACKOFF_MAX_INTERVAL. The rules in force keep serving meanwhile.
  */
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
@@ -26,6 +27,22 @@ import { RATE_LIMIT_CONFIG_TYPE, type XdsResource } from './xdsRules.js';
 const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
 /** google.rpc.Code.INVALID_ARGUMENT, the code of a NACK's error_detail. */
 const INVALID_ARGUMENT = 3;
+/**
+ * A management server may answer a NACK by sending the same resources again at once (go-control-
+ * plane's cache does). The same refused update is not loaded again, and its NACK waits this long,
+ * so that the two do not spin.
+ */
+export const REPEAT_NACK_DELAY_MS = 1_000;
+
+/** What identifies an update's content: its type and every resource's bytes. */
+function fingerprint(response: DiscoveryResponse): string {
+  const hash = createHash('sha256').update(response.type_url ?? '');
+  for (const resource of response.resources ?? []) {
+    hash.update(`\0${resource.type_url ?? ''}\0${resource.value?.length ?? 0}\0`);
+    if (resource.value) hash.update(resource.value);
+  }
+  return hash.digest('hex');
+}
 
 export interface XdsClientOptions {
   settings: XdsSettings;
@@ -124,6 +141,9 @@ export function startXdsClient(options: XdsClientOptions): XdsClient {
   /** The response waiting to load, and whether one is loading. */
   let pending: { stream: AdsStream; response: DiscoveryResponse } | undefined;
   let loading = false;
+  /** The last update refused, and why: the same content again is refused without loading. */
+  let refusedLast: { fingerprint: string; error: Error } | undefined;
+  let repeatTimer: NodeJS.Timeout | undefined;
 
   const answer = (on: AdsStream, response: DiscoveryResponse, error?: Error) => {
     if (on !== stream || closed) return;
@@ -143,6 +163,14 @@ export function startXdsClient(options: XdsClientOptions): XdsClient {
       const { stream: from, response } = pending;
       pending = undefined;
       const version = response.version_info ?? '';
+      const print = fingerprint(response);
+      clearTimeout(repeatTimer);
+      if (refusedLast?.fingerprint === print) {
+        const { error } = refusedLast;
+        repeatTimer = setTimeout(() => answer(from, response, error), REPEAT_NACK_DELAY_MS);
+        repeatTimer.unref();
+        continue;
+      }
       try {
         if (response.type_url !== RATE_LIMIT_CONFIG_TYPE) {
           throw new Error(
@@ -156,11 +184,13 @@ export function startXdsClient(options: XdsClientOptions): XdsClient {
         });
         if (closed) break;
         applied = version;
+        refusedLast = undefined;
         options.onApplied(rules, version);
         answer(from, response);
       } catch (error) {
         if (closed) break;
         const refused = error instanceof Error ? error : new Error(String(error));
+        refusedLast = { fingerprint: print, error: refused };
         options.onRejected(refused, version);
         answer(from, response, refused);
       }
@@ -234,6 +264,7 @@ export function startXdsClient(options: XdsClientOptions): XdsClient {
     close() {
       closed = true;
       clearTimeout(retry);
+      clearTimeout(repeatTimer);
       stream?.cancel();
       stream = undefined;
       client.close();
