@@ -17,6 +17,8 @@ COPY --from=build /app/dist ./dist
 COPY lua ./lua
 COPY proto ./proto
 COPY config ./config
+# Where Envoy Gateway's pod spec looks for envoyproxy/ratelimit's binary.
+COPY --chmod=755 docker/ratelimit /bin/ratelimit
 # The image's unprivileged user; nothing here needs root.
 USER node
 EXPOSE 8080 8081

@@ -113,4 +113,15 @@ describe('Dockerfile', () => {
       expect(dockerfile).toMatch(new RegExp(`^COPY ${needed} \\./${needed}$`, 'm'));
     }
   });
+
+  it('has /bin/ratelimit, which starts tollgate, for pod specs written for the reference', () => {
+    expect(dockerfile).toMatch(/^COPY --chmod=755 docker\/ratelimit \/bin\/ratelimit$/m);
+    const run = spawnSync('sh', ['docker/ratelimit'], {
+      encoding: 'utf8',
+      env: { PATH: process.env.PATH, TOLLGATE_HOME: process.cwd(), CONFIG_TYPE: 'nonsense' },
+      timeout: 30_000,
+    });
+    expect(run.status).toBe(1);
+    expect(run.stderr).toContain("tollgate: CONFIG_TYPE: 'nonsense' is not one of file, grpc_xds_sotw");
+  });
 });
