@@ -1,4 +1,5 @@
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { makeCerts } from '../support/certs.js';
 import { freePort } from '../support/ports.js';
 import {
   eventually,
@@ -105,8 +106,13 @@ describe('rules over xDS, from a go-control-plane management server', () => {
       new RegExp(`^# source: xds ${server.address}, version 'v1'\n`),
     );
 
+    const pushed = performance.now();
     await server.set(NODE, 'v2', [config(3)]);
     await server.waitFor(acked('v2'));
+    // What an operator waits for an update: from the server's snapshot to tollgate's ACK.
+    console.log(
+      `[xds] v2 applied and ACKed ${Math.round(performance.now() - pushed)} ms after it was set`,
+    );
     expect(await rlconfig(service)).toContain("version 'v2'");
     // Two of three are spent already: one more, then over.
     expect((await service.check(request('acme'))).statuses?.[0]?.limit_remaining).toBe(0);
@@ -155,6 +161,38 @@ describe('rules over xDS, from a go-control-plane management server', () => {
     expect(
       (await service.check(request('acme'))).statuses?.[0]?.current_limit?.requests_per_unit,
     ).toBe(7);
+  }, 60_000);
+
+  it('speaks TLS to a server that requires a client certificate', async () => {
+    const certs = makeCerts();
+    const server = await startXdsServer({
+      tls: { certPath: certs.server.cert, keyPath: certs.server.key, clientCaPath: certs.ca },
+    });
+    cleanup.push(() => server.stop());
+    await server.set(NODE, 'v1', [config(6)]);
+    const tls = {
+      CONFIG_GRPC_XDS_SERVER_USE_TLS: 'true',
+      CONFIG_GRPC_XDS_SERVER_TLS_CACERT: certs.ca,
+      CONFIG_GRPC_XDS_CLIENT_TLS_CERT: certs.client.cert,
+      CONFIG_GRPC_XDS_CLIENT_TLS_KEY: certs.client.key,
+      CONFIG_GRPC_XDS_SERVER_TLS_SAN: 'localhost',
+    };
+    const service = await tollgate(xdsEnv(server, tls));
+    await server.waitFor(acked('v1'));
+    expect((await service.check(request('acme'))).statuses?.[0]?.limit_remaining).toBe(5);
+
+    // Without its certificate, the server refuses the handshake: no rules, so UNAVAILABLE.
+    const anonymous = await tollgate(
+      xdsEnv(server, {
+        CONFIG_GRPC_XDS_SERVER_USE_TLS: 'true',
+        CONFIG_GRPC_XDS_SERVER_TLS_CACERT: certs.ca,
+        FORCE_START_WITHOUT_INITIAL_CONFIG: 'true',
+      }),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    await expect(anonymous.check(request('acme'))).rejects.toMatchObject({ code: 14 });
+    const initials = server.events.filter((e) => isRequest(e) && e.kind === 'initial');
+    expect(initials).toHaveLength(1);
   }, 60_000);
 
   it('refuses one domain in two resources unless MERGE_DOMAIN_CONFIG merges them', async () => {
