@@ -1,0 +1,123 @@
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { counterByLabel } from '../support/metrics.js';
+import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
+import { callCheck, d } from '../support/tollgate.js';
+import {
+  buildXdsServer,
+  startXdsServer,
+  type XdsEvent,
+  type XdsServer,
+} from '../support/xdsServer.js';
+
+// Large and oversized updates over xDS, to the built service (`node dist/main.js`), whose updates
+// load on a worker thread: calls keep being answered while one loads, and an update over
+// XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES is never taken, while the rules in force keep serving.
+
+const NODE = 'loading-test';
+
+function config(perMinute: number, extraRules = 0) {
+  const descriptors: object[] = [
+    { key: 'tenant', rate_limit: { unit: 'MINUTE', requests_per_unit: perMinute } },
+  ];
+  for (let i = 0; i < extraRules; i += 1) {
+    descriptors.push({
+      key: 'route',
+      value: `/v1/resources/${i}/items`,
+      rate_limit: { unit: 'SECOND', requests_per_unit: 1 + (i % 100) },
+    });
+  }
+  return { name: 'api', domain: 'api', descriptors };
+}
+
+const acked = (version: string) => (e: XdsEvent) =>
+  e.event === 'request' && e.kind === 'ack' && e.versionInfo === version;
+
+async function limitNow(t: TollgateProcess): Promise<number | undefined> {
+  const response = await callCheck(t.client, { domain: 'api', descriptors: [d('tenant', 'x')] });
+  return response.statuses?.[0]?.current_limit?.requests_per_unit;
+}
+
+/** Calls every 10 ms until stopped: the slowest answer, and how many failed. */
+function probeCalls(tollgate: TollgateProcess) {
+  let stopped = false;
+  let slowestMs = 0;
+  let calls = 0;
+  let failed = 0;
+  const loop = (async () => {
+    while (!stopped) {
+      const started = performance.now();
+      try {
+        await callCheck(tollgate.client, { domain: 'api', descriptors: [d('tenant', 'p')] });
+      } catch {
+        failed += 1;
+      }
+      calls += 1;
+      slowestMs = Math.max(slowestMs, performance.now() - started);
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  })();
+  return async () => {
+    stopped = true;
+    await loop;
+    return { slowestMs, calls, failed };
+  };
+}
+
+describe('large updates over xDS, to the built service', () => {
+  const cleanup: (() => Promise<unknown>)[] = [];
+  beforeAll(() => {
+    buildXdsServer();
+  }, 600_000);
+  afterEach(async () => {
+    for (const step of cleanup.splice(0).reverse()) await step();
+  });
+
+  async function setup(env: Record<string, string> = {}): Promise<[XdsServer, TollgateProcess]> {
+    const server = await startXdsServer();
+    cleanup.push(() => server.stop());
+    await server.set(NODE, 'v1', [config(100)]);
+    const tollgate = await spawnTollgate('unused: true', {
+      CONFIG_TYPE: 'GRPC_XDS_SOTW',
+      CONFIG_GRPC_XDS_SERVER_URL: server.address,
+      CONFIG_GRPC_XDS_NODE_ID: NODE,
+      CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL: '100ms',
+      XDS_CLIENT_BACKOFF_INITIAL_INTERVAL: '100ms',
+      XDS_CLIENT_BACKOFF_MAX_INTERVAL: '400ms',
+      ...env,
+    });
+    cleanup.push(() => tollgate.stop());
+    await server.waitFor(acked('v1'));
+    return [server, tollgate];
+  }
+
+  it('answers calls while an update of 20,000 rules loads, then applies it', async () => {
+    const [server, tollgate] = await setup();
+    const stop = probeCalls(tollgate);
+    const pushed = performance.now();
+    await server.set(NODE, 'v2', [config(50, 20_000)]);
+    await server.waitFor(acked('v2'), 60_000);
+    const loadMs = performance.now() - pushed;
+    const { slowestMs, calls, failed } = await stop();
+    console.log(
+      `[xds] 20,000 rules applied ${Math.round(loadMs)} ms after they were set; ` +
+        `slowest of ${calls} calls meanwhile ${Math.round(slowestMs)} ms, ${failed} failed`,
+    );
+    expect(failed).toBe(0);
+    expect(slowestMs).toBeLessThan(500);
+    expect(await limitNow(tollgate)).toBe(50);
+    const loads = await counterByLabel(tollgate.httpUrl, 'tollgate_config_loads_total', 'result');
+    expect(loads.success).toBe(2);
+  }, 120_000);
+
+  it('never takes an update over XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES, and keeps its rules', async () => {
+    const [server, tollgate] = await setup({ XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: '65536' });
+    await server.set(NODE, 'big', [config(50, 5_000)]);
+    // The stream fails on the oversized message, and each new stream gets it again.
+    await server.waitFor((e) => e.event === 'stream-closed', 15_000);
+    expect(await limitNow(tollgate)).toBe(100);
+    expect(server.events.some(acked('big'))).toBe(false);
+    await server.set(NODE, 'v3', [config(30)]);
+    await server.waitFor(acked('v3'), 15_000);
+    expect(await limitNow(tollgate)).toBe(30);
+  }, 60_000);
+});
