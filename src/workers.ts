@@ -108,11 +108,14 @@ interface Member {
 }
 
 function runPrimary(settings: Settings, logger: Logger): Promise<void> {
-  // Bad rules stop start-up here, once, instead of in every worker and every replacement.
-  loadRules(settings.configPath, {
-    defaultAlgorithm: settings.defaultAlgorithm,
-    mergeDomainConfig: settings.mergeDomainConfig,
-  });
+  // Bad rules stop start-up here, once, instead of in every worker and every replacement. Over
+  // xDS each worker keeps a stream of its own, and the management server is told what it refuses.
+  if (settings.xds === undefined) {
+    loadRules(settings.configPath, {
+      defaultAlgorithm: settings.defaultAlgorithm,
+      mergeDomainConfig: settings.mergeDomainConfig,
+    });
+  }
   // Structured clone, so metric values such as NaN cross the channel intact.
   cluster.setupPrimary({ serialization: 'advanced' });
 

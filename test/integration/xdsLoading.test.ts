@@ -1,5 +1,6 @@
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { counterByLabel } from '../support/metrics.js';
+import { startRedis } from '../support/redis.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { callCheck, d } from '../support/tollgate.js';
 import {
@@ -119,5 +120,18 @@ describe('large updates over xDS, to the built service', () => {
     await server.set(NODE, 'v3', [config(30)]);
     await server.waitFor(acked('v3'), 15_000);
     expect(await limitNow(tollgate)).toBe(30);
+  }, 60_000);
+
+  it('with WORKERS=2, keeps one stream per worker, and each applies and ACKs every version', async () => {
+    const redis = await startRedis();
+    cleanup.push(() => redis.stop());
+    const [server, tollgate] = await setup({ WORKERS: '2', REDIS_URL: redis.url });
+    const count = (version: string) => server.events.filter(acked(version)).length;
+    await expect.poll(() => count('v1'), { timeout: 15_000 }).toBe(2);
+    const initials = server.events.filter((e) => e.event === 'request' && e.kind === 'initial');
+    expect(new Set(initials.map((e) => e.event === 'request' && e.stream)).size).toBe(2);
+    await server.set(NODE, 'v2', [config(40)]);
+    await expect.poll(() => count('v2'), { timeout: 15_000 }).toBe(2);
+    expect(await limitNow(tollgate)).toBe(40);
   }, 60_000);
 });
