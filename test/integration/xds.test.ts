@@ -70,6 +70,8 @@ describe('rules over xDS, from a go-control-plane management server', () => {
     return server;
   }
 
+  const startTollgateFor = (server: XdsServer) => tollgate(xdsEnv(server));
+
   async function tollgate(env: Record<string, string>): Promise<Tollgate> {
     const started = await startTollgate({ rules: 'domain: unused\n', clock: manualClock(), env });
     cleanup.push(() => started.stop());
@@ -117,9 +119,19 @@ describe('rules over xDS, from a go-control-plane management server', () => {
     // Two of three are spent already: one more, then over.
     expect((await service.check(request('acme'))).statuses?.[0]?.limit_remaining).toBe(0);
     expect((await service.check(request('acme'))).overall_code).toBe('OVER_LIMIT');
+    // Another window is another counter: the count starts again.
+    await server.set(NODE, 'v3', [
+      {
+        name: 'api',
+        domain: 'api',
+        descriptors: [{ key: 'tenant', rate_limit: { unit: 'HOUR', requests_per_unit: 3 } }],
+      },
+    ]);
+    await server.waitFor(acked('v3'));
+    expect((await service.check(request('acme'))).statuses?.[0]?.limit_remaining).toBe(2);
     const metrics = await (await fetch(`${service.httpUrl}/metrics`)).text();
-    expect(metrics).toContain('tollgate_rules_info{source="xds",version="v2"} 1');
-    expect(metrics).not.toContain('version="v1"');
+    expect(metrics).toContain('tollgate_rules_info{source="xds",version="v3"} 1');
+    expect(metrics).not.toContain('version="v2"');
   }, 60_000);
 
   it('NACKs a version it refuses, with the reason, and the previous rules keep serving', async () => {
@@ -208,6 +220,18 @@ describe('rules over xDS, from a go-control-plane management server', () => {
     expect(nack.errorDetail?.message).toMatch(
       /domain: 'api' is already defined in RateLimitConfig/,
     );
+
+    // Two domains in two resources: both apply.
+    await server.set(NODE, 'v3', [config(4, 'api'), { ...config(6, 'web'), domain: 'web' }]);
+    await server.waitFor(acked('v3'));
+    const both = await startTollgateFor(server);
+    expect(
+      (await both.check(request('acme'))).statuses?.[0]?.current_limit?.requests_per_unit,
+    ).toBe(4);
+    expect(
+      (await both.check({ ...request('acme'), domain: 'web' })).statuses?.[0]?.current_limit
+        ?.requests_per_unit,
+    ).toBe(6);
 
     const merging = await serve();
     await merging.set(NODE, 'm1', two);
