@@ -28,6 +28,13 @@ export interface XdsResource {
  */
 export const MAX_XDS_RESOURCES = 10_000;
 
+/**
+ * Descriptors per update, at every depth. The largest rules file allowed holds about 54,000
+ * rules; an update may hold a few times that, and the reader's own bound on the nodes it reads
+ * would stop it a little later, but counting first refuses it before a document is built.
+ */
+export const MAX_XDS_DESCRIPTORS = 200_000;
+
 let configType: protobuf.Type | undefined;
 function rateLimitConfigType(): protobuf.Type {
   if (configType === undefined) {
@@ -117,11 +124,22 @@ function descriptorNode(d: DescriptorMessage): Record<string, unknown> {
   return node;
 }
 
-/** One resource's rules; its name labels every error. */
+function countDescriptors(descriptors: DescriptorMessage[] | undefined): number {
+  let count = 0;
+  const stack = [descriptors ?? []];
+  for (let level = stack.pop(); level !== undefined; level = stack.pop()) {
+    count += level.length;
+    for (const d of level) if (d.descriptors?.length) stack.push(d.descriptors);
+  }
+  return count;
+}
+
+/** One resource's rules; its name labels every error. `budget` counts descriptors down. */
 export function parseXdsResource(
   resource: XdsResource,
   index: number,
   options: LoadRulesOptions,
+  budget: { descriptors: number } = { descriptors: MAX_XDS_DESCRIPTORS },
 ): DomainRules {
   const where = `resources[${index}]`;
   if (resource.type_url !== RATE_LIMIT_CONFIG_TYPE) {
@@ -141,6 +159,12 @@ export function parseXdsResource(
     throw new RulesError(`${where}: not a RateLimitConfig: ${(error as Error).message}`);
   }
   const label = `RateLimitConfig '${message.name ?? ''}'`;
+  budget.descriptors -= countDescriptors(message.descriptors);
+  if (budget.descriptors < 0) {
+    throw new RulesError(
+      `${label}: the update holds more than ${MAX_XDS_DESCRIPTORS} descriptors, counting every level`,
+    );
+  }
   const doc = new Document({
     domain: message.domain ?? '',
     descriptors: (message.descriptors ?? []).map(descriptorNode),
@@ -165,8 +189,9 @@ export function loadXdsRules(
       `the update has ${resources.length} resources, over the limit of ${MAX_XDS_RESOURCES}`,
     );
   }
+  const budget = { descriptors: MAX_XDS_DESCRIPTORS };
   return combineDomains(
-    resources.map((resource, i) => parseXdsResource(resource, i, options)),
+    resources.map((resource, i) => parseXdsResource(resource, i, options, budget)),
     options,
   );
 }

@@ -137,4 +137,15 @@ describe('rules over xDS', () => {
       ),
     ).toThrow(/resources\[0\]: not a RateLimitConfig/);
   });
+
+  it('refuses an update of more descriptors than the bound, before reading them', () => {
+    const many = Array.from({ length: 1_001 }, (_, i) => ({ key: `k${i}` }));
+    const nested = { key: 'top', descriptors: many };
+    const wide = Array.from({ length: 200 }, () => nested);
+    const started = performance.now();
+    expect(() =>
+      loadXdsRules([resource({ name: 'huge', domain: 'api', descriptors: wide })], options),
+    ).toThrow(/^RateLimitConfig 'huge': the update holds more than 200000 descriptors/);
+    expect(performance.now() - started).toBeLessThan(5_000);
+  });
 });
