@@ -44,8 +44,8 @@ function build() {
   run(process.execPath, [tsc, '-p', 'tsconfig.build.json']);
   run(process.execPath, [tsc, '-p', 'bench/tsconfig.json']);
   // The harness compiles the src/ modules it imports to .cache/bench/src/, and they find proto/
-  // (and lua/, config/) two levels up, as dist/ does: link those in.
-  for (const name of ['proto', 'lua', 'config']) {
+  // (and lua/, config/, package.json) two levels up, as dist/ does: link those in.
+  for (const name of ['proto', 'lua', 'config', 'package.json']) {
     const link = join(root, '.cache', 'bench', name);
     if (!existsSync(link)) symlinkSync(join('..', '..', name), link);
   }
