@@ -14,14 +14,20 @@ export const rlsProtoFile = 'envoy/service/ratelimit/v3/rls.proto';
 export const rlsServiceName = 'envoy.service.ratelimit.v3.RateLimitService';
 
 // google/protobuf/*.proto resolve to protobufjs' bundled copies before any include path is tried.
-export const packageDefinition: protoLoader.PackageDefinition = protoLoader.loadSync(rlsProtoFile, {
+/** How proto-loader reads the repository's protos: wire names, enums and longs as strings. */
+export const loaderOptions: protoLoader.Options = {
   keepCase: true,
   longs: String,
   enums: String,
   defaults: false,
   oneofs: true,
   includeDirs: [protoDir],
-});
+};
+
+export const packageDefinition: protoLoader.PackageDefinition = protoLoader.loadSync(
+  rlsProtoFile,
+  loaderOptions,
+);
 
 export const rlsService = packageDefinition[rlsServiceName] as protoLoader.ServiceDefinition;
 const method = rlsService.ShouldRateLimit;

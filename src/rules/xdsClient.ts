@@ -17,7 +17,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
-import { protoDir } from '../grpc/protos.js';
+import { loaderOptions } from '../grpc/protos.js';
 import type { XdsSettings } from '../settings.js';
 import type { RulesSource } from './rulesSource.js';
 import type { RuleSet } from './types.js';
@@ -76,14 +76,7 @@ type AdsStream = grpc.ClientDuplexStream<object, DiscoveryResponse>;
 let adsClient: grpc.ServiceClientConstructor | undefined;
 function adsClientConstructor(): grpc.ServiceClientConstructor {
   if (adsClient === undefined) {
-    const definition = protoLoader.loadSync('envoy/service/discovery/v3/ads.proto', {
-      keepCase: true,
-      longs: String,
-      enums: String,
-      defaults: false,
-      oneofs: true,
-      includeDirs: [protoDir],
-    });
+    const definition = protoLoader.loadSync('envoy/service/discovery/v3/ads.proto', loaderOptions);
     const loaded = grpc.loadPackageDefinition(definition) as unknown as {
       envoy: {
         service: {

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { counterByLabel } from '../support/metrics.js';
 import { rssMb, runToExit, spawnTollgate, type TollgateProcess } from '../support/processes.js';
+import { probeCalls } from '../support/probeCalls.js';
 import { callCheck, d, eventually } from '../support/tollgate.js';
 
 // Rules files that an unlucky or hostile operator drops into a running tollgate's rules
@@ -22,39 +23,6 @@ const running: TollgateProcess[] = [];
 afterAll(async () => {
   await Promise.all(running.map((t) => t.stop()));
 });
-
-interface Probe {
-  /** The slowest answer so far, in ms, and how many calls failed or were refused. */
-  stop(): Promise<{ slowestMs: number; calls: number; failed: number }>;
-}
-
-/** Calls every 10 ms, timing each answer, until stopped. */
-function probeCalls(tollgate: TollgateProcess): Probe {
-  let stopped = false;
-  let slowestMs = 0;
-  let calls = 0;
-  let failed = 0;
-  const loop = (async () => {
-    while (!stopped) {
-      const started = performance.now();
-      try {
-        await callCheck(tollgate.client, { domain: 'api', descriptors: [d('tenant', 'probe')] });
-      } catch {
-        failed += 1;
-      }
-      calls += 1;
-      slowestMs = Math.max(slowestMs, performance.now() - started);
-      await new Promise((resolve) => setTimeout(resolve, 10));
-    }
-  })();
-  return {
-    async stop() {
-      stopped = true;
-      await loop;
-      return { slowestMs, calls, failed };
-    },
-  };
-}
 
 async function limitNow(t: TollgateProcess): Promise<number | undefined> {
   const response = await callCheck(t.client, { domain: 'api', descriptors: [d('tenant', 'x')] });

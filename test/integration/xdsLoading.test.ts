@@ -1,5 +1,6 @@
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { counterByLabel } from '../support/metrics.js';
+import { probeCalls } from '../support/probeCalls.js';
 import { startRedis } from '../support/redis.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { callCheck, d } from '../support/tollgate.js';
@@ -38,32 +39,6 @@ async function limitNow(t: TollgateProcess): Promise<number | undefined> {
   return response.statuses?.[0]?.current_limit?.requests_per_unit;
 }
 
-/** Calls every 10 ms until stopped: the slowest answer, and how many failed. */
-function probeCalls(tollgate: TollgateProcess) {
-  let stopped = false;
-  let slowestMs = 0;
-  let calls = 0;
-  let failed = 0;
-  const loop = (async () => {
-    while (!stopped) {
-      const started = performance.now();
-      try {
-        await callCheck(tollgate.client, { domain: 'api', descriptors: [d('tenant', 'p')] });
-      } catch {
-        failed += 1;
-      }
-      calls += 1;
-      slowestMs = Math.max(slowestMs, performance.now() - started);
-      await new Promise((resolve) => setTimeout(resolve, 10));
-    }
-  })();
-  return async () => {
-    stopped = true;
-    await loop;
-    return { slowestMs, calls, failed };
-  };
-}
-
 describe('large updates over xDS, to the built service', () => {
   const cleanup: (() => Promise<unknown>)[] = [];
   beforeAll(() => {
@@ -93,12 +68,12 @@ describe('large updates over xDS, to the built service', () => {
 
   it('answers calls while an update of 20,000 rules loads, then applies it', async () => {
     const [server, tollgate] = await setup();
-    const stop = probeCalls(tollgate);
+    const probe = probeCalls(tollgate);
     const pushed = performance.now();
     await server.set(NODE, 'v2', [config(50, 20_000)]);
     await server.waitFor(acked('v2'), 60_000);
     const loadMs = performance.now() - pushed;
-    const { slowestMs, calls, failed } = await stop();
+    const { slowestMs, calls, failed } = await probe.stop();
     console.log(
       `[xds] 20,000 rules applied ${Math.round(loadMs)} ms after they were set; ` +
         `slowest of ${calls} calls meanwhile ${Math.round(slowestMs)} ms, ${failed} failed`,

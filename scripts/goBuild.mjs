@@ -1,0 +1,53 @@
+// Builds a Go program of this repository once per version of its sources, into
+// .cache/<name>/<hash>/<name>, and returns the binary's path: the Envoy validator and the tests'
+// xDS management server are built this way.
+import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { basename, dirname, join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+/**
+ * `name`: the cache folder's name, and the prefix of messages; `file`: the binary's name (`name`
+ * by default); `sources`: the Go module's folder; `what`: what it is, for the messages; `needs`:
+ * the Go version it needs; `fail(message)`: reports and exits.
+ */
+export function buildOnce({ name, file = name, sources, what, needs, fail }) {
+  const go = spawnSync('go', ['version'], { encoding: 'utf8' });
+  if (go.error || go.status !== 0) {
+    fail(
+      `Go ${needs} or newer is needed to build ${what}: install it from your distribution or ` +
+        'https://go.dev/dl, then run the command again',
+    );
+  }
+  const hash = createHash('sha256');
+  const files = readdirSync(sources).filter((file) => /^go\.(mod|sum)$|\.go$/.test(file));
+  for (const file of files.sort()) {
+    hash
+      .update(`${file}\0`)
+      .update(readFileSync(join(sources, file)))
+      .update('\0');
+  }
+  const dir = join(root, '.cache', name, hash.digest('hex').slice(0, 16));
+  const binary = join(dir, file);
+  if (existsSync(binary)) return binary;
+
+  console.error(`${name}: building ${what} (the first build fetches its Go modules)`);
+  mkdirSync(dir, { recursive: true });
+  // Built beside the final name, then renamed: a run that starts meanwhile never sees half a file.
+  const partial = `${binary}.${process.pid}`;
+  // -buildvcs=false: the VCS stamp adds nothing here, and fails in a clone git distrusts.
+  const build = spawnSync('go', ['build', '-buildvcs=false', '-o', partial, '.'], {
+    cwd: sources,
+    stdio: ['ignore', 2, 2],
+  });
+  if (build.error || build.status !== 0) fail(`go build in ${relative(root, sources)} failed`);
+  renameSync(partial, binary);
+  // Binaries of older sources are never run again.
+  for (const old of readdirSync(dirname(dir))) {
+    if (old !== basename(dir)) rmSync(join(dirname(dir), old), { recursive: true, force: true });
+  }
+  return binary;
+}
