@@ -91,6 +91,11 @@ const PACKAGE_VERSION = (
   }
 ).version;
 
+/** A version as logs and /rlconfig show it: the management server's text, bounded. */
+function shortVersion(version: string): string {
+  return version.length > 128 ? `${version.slice(0, 128)}…` : version;
+}
+
 /** Store errors that mean Redis cannot be reached or cannot serve now; the rest are refusals. */
 const UNREACHABLE_KINDS = new Set(['timeout', 'connection', 'unavailable']);
 
@@ -354,10 +359,13 @@ export function createService(options: ServiceOptions): Service {
         onApplied: (next, version) => {
           const first = rules === undefined;
           rules = next;
-          rulesVersion = version;
+          rulesVersion = shortVersion(version);
           metrics.configLoad(true);
           metrics.rulesVersion('xds', version);
-          logger.info({ version, domains: [...next.domains.keys()] }, 'xds rules applied');
+          logger.info(
+            { version: rulesVersion, domains: [...next.domains.keys()] },
+            'xds rules applied',
+          );
           if (first) {
             updateHealth();
             resolve();
@@ -366,7 +374,7 @@ export function createService(options: ServiceOptions): Service {
         onRejected: (error, version) => {
           metrics.configLoad(false);
           logger.error(
-            { err: error, version, inForce: rulesVersion ?? 'none' },
+            { err: error, version: shortVersion(version), inForce: rulesVersion ?? 'none' },
             'xds rules refused (NACK); the previous rules stay in force',
           );
         },
