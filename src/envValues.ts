@@ -50,16 +50,16 @@ export function boolean(env: Env, name: string, fallback: boolean): boolean {
   throw new SettingsError(`${name}: '${value}' is not true or false`);
 }
 
+/** One of `choices`, written in any case. */
 export function oneOf<T extends string>(
   env: Env,
   name: string,
   choices: readonly T[],
   fallback: T,
-  anyCase = false,
 ): T {
   const value = env[name];
   if (value === undefined || value === '') return fallback;
-  const normal = anyCase ? value.toLowerCase() : value;
+  const normal = value.toLowerCase();
   if (!(choices as readonly string[]).includes(normal)) {
     throw new SettingsError(`${name}: '${value}' is not one of ${choices.join(', ')}`);
   }

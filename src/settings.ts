@@ -206,7 +206,7 @@ function readAll(env: Env): Settings {
       : BUNDLED_RULES;
 
   const redisTimeoutMs = duration(env, 'REDIS_TIMEOUT', '15ms');
-  const compatMode = oneOf(env, 'COMPAT_MODE', ['off', 'reference'] as const, 'off', true);
+  const compatMode = oneOf(env, 'COMPAT_MODE', ['off', 'reference'] as const, 'off');
   const reference = compatMode === 'reference';
   // The reference remembers over-limit keys only when LOCAL_CACHE_SIZE_IN_BYTES asks it to.
   const localCache =
@@ -239,7 +239,6 @@ function readAll(env: Env): Settings {
       'RATELIMIT_HEADERS',
       ['ietf', 'none'] as const,
       reference ? 'none' : 'ietf',
-      true,
     ),
     maxDescriptors: integer(env, 'MAX_DESCRIPTORS', 64, 1, 100_000),
     maxEntries: integer(env, 'MAX_ENTRIES', 16, 1, 10_000),
@@ -251,9 +250,8 @@ function readAll(env: Env): Settings {
       'LOG_LEVEL',
       ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const,
       'info',
-      true,
     ),
-    logFormat: oneOf(env, 'LOG_FORMAT', ['json', 'text'] as const, 'json', true),
+    logFormat: oneOf(env, 'LOG_FORMAT', ['json', 'text'] as const, 'json'),
     mergeDomainConfig: boolean(env, 'MERGE_DOMAIN_CONFIG', false),
     configPollIntervalMs: duration(env, 'CONFIG_POLL_INTERVAL', '10s', 100),
     configSettleMs: duration(env, 'CONFIG_SETTLE_TIME', '1s', 0),
@@ -273,7 +271,7 @@ function readAll(env: Env): Settings {
       maxConnections: integer(env, 'HTTP_MAX_CONNECTIONS', 1_000, 1, 1_000_000),
       headersTimeoutMs: duration(env, 'HTTP_HEADERS_TIMEOUT', '10s', 1),
       requestTimeoutMs: duration(env, 'HTTP_REQUEST_TIMEOUT', '30s', 1),
-      json: oneOf(env, 'HTTP_JSON', ['auto', 'on', 'off'] as const, 'auto', true),
+      json: oneOf(env, 'HTTP_JSON', ['auto', 'on', 'off'] as const, 'auto'),
     },
     shutdownGraceMs: duration(env, 'SHUTDOWN_GRACE', '10s', 0),
     overLimitCacheSize: integer(
@@ -322,7 +320,7 @@ function pairs(env: Env, name: string): Record<string, string> {
 }
 
 function readXds(env: Env): XdsSettings | undefined {
-  const type = oneOf(env, 'CONFIG_TYPE', ['file', 'grpc_xds_sotw'] as const, 'file', true);
+  const type = oneOf(env, 'CONFIG_TYPE', ['file', 'grpc_xds_sotw'] as const, 'file');
   if (type === 'file') return undefined;
   const forceStart = boolean(env, 'FORCE_START_WITHOUT_INITIAL_CONFIG', false);
   const maxMessageBytes = optional(env, 'XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES');
@@ -410,7 +408,7 @@ function callTimeout(env: Env, redisTimeoutMs: number): number {
 
 /** The Redis settings are validated even without REDIS_URL, so a typo never waits for later. */
 function readRedis(env: Env): RedisSettings | undefined {
-  const type = oneOf(env, 'REDIS_TYPE', ['single', 'sentinel', 'cluster'] as const, 'single', true);
+  const type = oneOf(env, 'REDIS_TYPE', ['single', 'sentinel', 'cluster'] as const, 'single');
   const timeoutMs = duration(env, 'REDIS_TIMEOUT', '15ms');
   const tlsDefault = boolean(env, 'REDIS_TLS', false);
   const tls: RedisTls = {
@@ -419,7 +417,7 @@ function readRedis(env: Env): RedisSettings | undefined {
     clientKeyPath: optional(env, 'REDIS_TLS_CLIENT_KEY'),
     skipHostnameVerification: boolean(env, 'REDIS_TLS_SKIP_HOSTNAME_VERIFICATION', false),
   };
-  const socketType = oneOf(env, 'REDIS_SOCKET_TYPE', ['tcp', 'unix'] as const, 'tcp', true);
+  const socketType = oneOf(env, 'REDIS_SOCKET_TYPE', ['tcp', 'unix'] as const, 'tcp');
   const url = env.REDIS_URL;
   if (!url) return undefined;
   if (type !== 'single' && (socketType === 'unix' || /^unix:/i.test(url))) {
@@ -629,7 +627,7 @@ function readStatsd(env: Env): StatsdSettings | undefined {
   const settings: StatsdSettings = {
     host: text(env, 'STATSD_HOST', 'localhost'),
     port: integer(env, 'STATSD_PORT', 8125, 1, 65_535),
-    protocol: oneOf(env, 'STATSD_PROTOCOL', ['tcp', 'udp'] as const, 'tcp', true),
+    protocol: oneOf(env, 'STATSD_PROTOCOL', ['tcp', 'udp'] as const, 'tcp'),
     flushIntervalMs: duration(env, 'STATS_FLUSH_INTERVAL', '10s', 1),
     extraTags: extraTags(env.EXTRA_TAGS ?? ''),
   };

@@ -101,6 +101,29 @@ describe('readSettings defaults', () => {
     expect(readSettings({ HTTP_JSON: 'ON' }).http.json).toBe('on');
   });
 
+  it('reads every setting with named values in any case', () => {
+    const settings = readSettings({
+      ...URL,
+      FAILURE_MODE: 'Allow',
+      CLOCK: 'LOCAL',
+      DEFAULT_ALGORITHM: 'Token_Bucket',
+      RATELIMIT_HEADERS: 'NONE',
+      COMPAT_MODE: 'Reference',
+      REDIS_TYPE: 'Single',
+      REDIS_SOCKET_TYPE: 'TCP',
+      CONFIG_TYPE: 'File',
+      HTTP_JSON: 'On',
+    });
+    expect(settings).toMatchObject({
+      failureMode: 'allow',
+      clock: 'local',
+      defaultAlgorithm: 'token_bucket',
+      rateLimitHeaders: 'none',
+      compatMode: 'reference',
+      xds: undefined,
+    });
+  });
+
   it('reads empty values as unset', () => {
     expect(readSettings({ GRPC_PORT: '', FAILURE_MODE: '', SHADOW_MODE: '' })).toMatchObject({
       grpcPort: 8081,
