@@ -21,7 +21,8 @@ const usage = `Usage: tollgate counters get|reset [--config PATH] --domain DOMAI
 
 Finds the Redis counter a descriptor is decided by (its rule's algorithm and window, the
 domain's tenant_key, CACHE_KEY_PREFIX), then:
-  get    prints the key, the units remaining and the time until reset, consuming nothing
+  get    prints the key, the units remaining and the time until reset, consuming nothing;
+         or says there is no counter yet
          (a tag or route over 100 bytes appears in the key as # and a hash of it)
   reset  deletes the counter, so the next decision starts fresh, and says whether it existed
 
@@ -107,6 +108,13 @@ export const counters: Command = {
         console.log(existed ? 'reset: the counter existed and is deleted' : 'reset: no counter');
         return 0;
       }
+      const capacity = limit.algorithm === 'token_bucket' ? limit.burst : limit.requestsPerUnit;
+      if ((await store.exists([key])) === 0) {
+        // A check would start its window now: no reset to tell yet.
+        console.log('no counter: nothing counted yet, in this window or any');
+        console.log(`remaining ${capacity} of ${capacity}`);
+        return 0;
+      }
       // Cost 0 checks without consuming; the flags stay off, as for a plain enforced counter.
       const probe: CounterCheck = {
         key,
@@ -125,7 +133,6 @@ export const counters: Command = {
       );
       const result = decision.results[0];
       if (result === undefined) throw new CommandError('the store returned no result');
-      const capacity = limit.algorithm === 'token_bucket' ? limit.burst : limit.requestsPerUnit;
       console.log(`remaining ${result.remaining} of ${capacity}`);
       console.log(`reset ${result.resetMs === NEVER ? 'never' : `in ${result.resetMs / 1000}s`}`);
       return 0;

@@ -33,6 +33,8 @@ export interface Store {
   decide(counters: readonly CounterCheck[], nowMs: number | undefined): Promise<StoreDecision>;
   /** Deletes these counters (an operator's reset); resolves with how many existed. */
   reset(keys: readonly string[]): Promise<number>;
+  /** How many of these counters exist, reading nothing else and writing nothing. */
+  exists(keys: readonly string[]): Promise<number>;
   /** Resolves once the store is reachable, rejects with `StoreError` otherwise. */
   ping(): Promise<void>;
   /**

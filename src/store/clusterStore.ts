@@ -34,6 +34,8 @@ export interface SlotBackend {
   run(args: ScriptArgs): Promise<unknown>;
   /** Deletes keys that share one slot, resolving with how many existed. */
   del(keys: string[]): Promise<number>;
+  /** Counts which of these keys, sharing one slot, exist. */
+  exists(keys: string[]): Promise<number>;
   /** Resolves once every master answers. */
   ping(): Promise<void>;
   /** The health probe on every master (see Store.probe). */
@@ -125,6 +127,20 @@ export function createClusterStore(backend: SlotBackend, options: ClusterStoreOp
     return { allowed: false, results };
   }
 
+  /** Runs `each` on every slot's keys at once, and adds up what they count. */
+  const perSlot = async (keys: readonly string[], each: (group: string[]) => Promise<number>) => {
+    const counts = await Promise.all(
+      bySlot(keys).map(async (group) => {
+        try {
+          return await each(group.map((index) => keys[index] as string));
+        } catch (error) {
+          throw classify(error);
+        }
+      }),
+    );
+    return counts.reduce((sum, count) => sum + count, 0);
+  };
+
   return {
     async decide(checks, nowMs) {
       const groups = bySlot(checks.map((check) => check.key));
@@ -137,16 +153,11 @@ export function createClusterStore(backend: SlotBackend, options: ClusterStoreOp
     },
 
     async reset(keys) {
-      const counts = await Promise.all(
-        bySlot(keys).map(async (group) => {
-          try {
-            return await backend.del(group.map((index) => keys[index] as string));
-          } catch (error) {
-            throw classify(error);
-          }
-        }),
-      );
-      return counts.reduce((sum, count) => sum + count, 0);
+      return perSlot(keys, (group) => backend.del(group));
+    },
+
+    async exists(keys) {
+      return perSlot(keys, (group) => backend.exists(group));
     },
 
     async ping() {

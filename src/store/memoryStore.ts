@@ -149,6 +149,12 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store & { s
       return existed;
     },
 
+    async exists(keys: readonly string[]) {
+      let found = 0;
+      for (const key of keys) if (counters.has(key)) found += 1;
+      return found;
+    },
+
     async ping() {},
 
     async probe() {},

@@ -159,6 +159,15 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
       }
     },
 
+    async exists(keys: readonly string[]) {
+      if (keys.length === 0) return 0;
+      try {
+        return await bounded(redis.exists(...keys));
+      } catch (error) {
+        throw explain(error);
+      }
+    },
+
     async ping() {
       try {
         if (redis.status === 'connecting' || redis.status === 'connect') await ready(redis, 1_000);
@@ -299,6 +308,7 @@ function clusterBackend(settings: RedisSettings, options: RedisStoreOptions): Sl
   return {
     run: (args) => decide(...args),
     del: (keys) => withDeadline(cluster.del(...keys), settings.timeoutMs),
+    exists: (keys) => withDeadline(cluster.exists(...keys), settings.timeoutMs),
     async ping() {
       if (cluster.status !== 'ready') await ready(cluster, 1_000);
       const masters = cluster.nodes('master');

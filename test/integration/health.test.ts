@@ -15,7 +15,17 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 100}
 `;
 /** README's least-privilege ACL line. */
-const COMMANDS = ['+evalsha', '+eval', '+hmget', '+hset', '+pexpire', '+time', '+ping', '+del'];
+const COMMANDS = [
+  '+evalsha',
+  '+eval',
+  '+hmget',
+  '+hset',
+  '+pexpire',
+  '+time',
+  '+ping',
+  '+del',
+  '+exists',
+];
 
 let redis: TestRedis;
 const running: TollgateProcess[] = [];

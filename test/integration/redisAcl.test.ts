@@ -149,7 +149,17 @@ describe('Redis over TLS', () => {
 });
 
 describe('a least-privilege ACL user', () => {
-  const COMMANDS = ['+evalsha', '+eval', '+hmget', '+hset', '+pexpire', '+time', '+ping', '+del'];
+  const COMMANDS = [
+    '+evalsha',
+    '+eval',
+    '+hmget',
+    '+hset',
+    '+pexpire',
+    '+time',
+    '+ping',
+    '+del',
+    '+exists',
+  ];
   /** README's ACL line for CACHE_KEY_PREFIX=`prefix`, with these commands. */
   const acl = (prefix: string, commands = COMMANDS) => [
     'on',
@@ -186,7 +196,9 @@ describe('a least-privilege ACL user', () => {
     expect(await remaining(s, prefix, 2)).toEqual([2, 1]);
     const local = await s.decide([counter(prefix)], Date.now()); // CLOCK=local
     expect(local.results[0]!.remaining).toBe(0);
+    expect(await s.exists([counter(prefix).key])).toBe(1);
     expect(await s.reset([counter(prefix).key])).toBe(1);
+    expect(await s.exists([counter(prefix).key])).toBe(0);
     // ioredis's ready check would need INFO, and warn on each connection without it.
     expect(warn).not.toHaveBeenCalled();
   });
@@ -228,6 +240,7 @@ describe('a least-privilege ACL user', () => {
       () => remaining(s, prefix, 2),
       () => s.ping(),
       () => s.reset([counter(prefix).key]),
+      () => s.exists([counter(prefix).key]),
     ];
     const failures: string[] = [];
     for (const attempt of attempts) {
