@@ -86,6 +86,12 @@ describe('check-config', () => {
     ]);
   });
 
+  it("checks the service's own rules, CONFIG_PATH, when no PATH is given", async () => {
+    const run = await cli(['check-config'], { CONFIG_PATH: rulesPath });
+    expect(run).toMatchObject({ code: 0, stderr: '' });
+    expect(run.stdout).toContain('api.tenant_acme: unit=MINUTE requests_per_unit=5');
+  });
+
   it('exits 1 with the rules error for a bad file', async () => {
     const bad = fileURLToPath(new URL('../fixtures/rules/invalid/bad-unit.yaml', import.meta.url));
     const run = await cli(['check-config', bad]);
