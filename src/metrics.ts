@@ -100,7 +100,10 @@ export interface Metrics {
   invalidRequest(): void;
   /** One call per rules load or reload. */
   configLoad(ok: boolean): void;
-  /** The rules in force came from `source` at `version` (xDS): an info gauge, not a label. */
+  /**
+   * The rules in force came from `source` at `version` (xDS): an info gauge, not a label. The
+   * caller bounds `version`, the management server's free text.
+   */
   rulesVersion(source: string, version: string): void;
   /** A server bound refused or ended a connection or a call. */
   boundReached(bound: Bound): void;
@@ -396,8 +399,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
 
     rulesVersion(source: string, version: string): void {
       rulesInfo.reset();
-      // A version is the management server's free text: bounded, so a hostile one costs little.
-      rulesInfo.labels(source, version.slice(0, 128)).set(1);
+      rulesInfo.labels(source, version).set(1);
     },
 
     configLoad(ok: boolean): void {

@@ -128,8 +128,6 @@ export function createService(options: ServiceOptions): Service {
   // The one reference every check reads: a reload swaps it whole, so no check sees half a config.
   // Over xDS there is none until the management server sends the first.
   let rules: RuleSet | undefined;
-  /** The applied xDS version; undefined with files. */
-  let rulesVersion: string | undefined;
   if (xds === undefined) {
     rules = loadRules(settings.configPath, loadOptions);
     metrics.configLoad(true);
@@ -291,7 +289,8 @@ export function createService(options: ServiceOptions): Service {
     rules: () => {
       const lines = rules === undefined ? [] : dumpRules(rules);
       if (xds === undefined) return lines;
-      const version = rulesVersion === undefined ? 'none yet' : `'${rulesVersion}'`;
+      const applied = xdsClient?.version;
+      const version = applied === undefined ? 'none yet' : `'${shortVersion(applied)}'`;
       return [`# source: xds ${xds.serverUrl}, version ${version}`, ...lines];
     },
     limits,
@@ -349,6 +348,10 @@ export function createService(options: ServiceOptions): Service {
       });
 
   let xdsClient: XdsClient | undefined;
+  const inForce = () => {
+    const applied = xdsClient?.version;
+    return applied === undefined ? 'none' : shortVersion(applied);
+  };
   /** Starts the xDS client; resolves once the first configuration is applied. */
   const startXds = (settingsXds: NonNullable<typeof xds>): Promise<void> =>
     new Promise((resolve) => {
@@ -359,11 +362,10 @@ export function createService(options: ServiceOptions): Service {
         onApplied: (next, version) => {
           const first = rules === undefined;
           rules = next;
-          rulesVersion = shortVersion(version);
           metrics.configLoad(true);
-          metrics.rulesVersion('xds', version);
+          metrics.rulesVersion('xds', shortVersion(version));
           logger.info(
-            { version: rulesVersion, domains: [...next.domains.keys()] },
+            { version: shortVersion(version), domains: [...next.domains.keys()] },
             'xds rules applied',
           );
           if (first) {
@@ -374,7 +376,7 @@ export function createService(options: ServiceOptions): Service {
         onRejected: (error, version) => {
           metrics.configLoad(false);
           logger.error(
-            { err: error, version: shortVersion(version), inForce: rulesVersion ?? 'none' },
+            { err: error, version: shortVersion(version), inForce: inForce() },
             'xds rules refused (NACK); the previous rules stay in force',
           );
         },
@@ -386,7 +388,7 @@ export function createService(options: ServiceOptions): Service {
                 server: settingsXds.serverUrl,
                 err: error,
                 retryInMs,
-                inForce: rulesVersion ?? 'none',
+                inForce: inForce(),
               },
               'xds stream lost; serving the rules in force and reconnecting',
             );

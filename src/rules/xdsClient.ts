@@ -32,7 +32,9 @@ const INVALID_ARGUMENT = 3;
  * plane's cache does). The same refused update is not loaded again, and its NACK waits this long,
  * so that the two do not spin.
  */
-export const REPEAT_NACK_DELAY_MS = 1_000;
+const REPEAT_NACK_DELAY_MS = 1_000;
+/** A NACK's reason is cut to this many characters: the server's messages are bounded too. */
+const MAX_NACK_MESSAGE = 4_096;
 
 /** What identifies an update's content: its type and every resource's bytes. */
 function fingerprint(response: DiscoveryResponse): string {
@@ -54,8 +56,6 @@ export interface XdsClientOptions {
   onRejected: (error: Error, version: string) => void;
   /** A stream opened (connected) or was lost, with why. */
   onStream?: (event: { connected: boolean; error?: Error; retryInMs?: number }) => void;
-  /** Tests only: the randomness of the backoff. */
-  random?: () => number;
 }
 
 export interface XdsClient {
@@ -107,7 +107,6 @@ function metadataStruct(metadata: Record<string, string>) {
 
 export function startXdsClient(options: XdsClientOptions): XdsClient {
   const { settings } = options;
-  const random = options.random ?? Math.random;
   const Client = adsClientConstructor();
   const channelOptions: grpc.ChannelOptions = {
     'grpc.max_receive_message_length': settings.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
@@ -145,7 +144,14 @@ export function startXdsClient(options: XdsClientOptions): XdsClient {
       resource_names: [],
       type_url: RATE_LIMIT_CONFIG_TYPE,
       response_nonce: response.nonce ?? '',
-      ...(error ? { error_detail: { code: INVALID_ARGUMENT, message: error.message } } : {}),
+      ...(error
+        ? {
+            error_detail: {
+              code: INVALID_ARGUMENT,
+              message: error.message.slice(0, MAX_NACK_MESSAGE),
+            },
+          }
+        : {}),
     });
   };
 
@@ -246,7 +252,7 @@ export function startXdsClient(options: XdsClientOptions): XdsClient {
     const base = Math.min(maxMs, initialMs * 2 ** Math.min(failures, 30));
     failures += 1;
     if (!jitter) return base;
-    return Math.max(1, Math.round(base * (1 + randomFactor * (2 * random() - 1))));
+    return Math.max(1, Math.round(base * (1 + randomFactor * (2 * Math.random() - 1))));
   };
 
   open();

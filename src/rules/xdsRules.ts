@@ -135,11 +135,11 @@ function countDescriptors(descriptors: DescriptorMessage[] | undefined): number 
 }
 
 /** One resource's rules; its name labels every error. `budget` counts descriptors down. */
-export function parseXdsResource(
+function parseXdsResource(
   resource: XdsResource,
   index: number,
   options: LoadRulesOptions,
-  budget: { descriptors: number } = { descriptors: MAX_XDS_DESCRIPTORS },
+  budget: { descriptors: number },
 ): DomainRules {
   const where = `resources[${index}]`;
   if (resource.type_url !== RATE_LIMIT_CONFIG_TYPE) {

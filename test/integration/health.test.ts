@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
-import { startRedis, type TestRedis } from '../support/redis.js';
+import { startRedis, type TestRedis, README_ACL_COMMANDS } from '../support/redis.js';
 import { callCheck, d, eventually, healthStatus } from '../support/tollgate.js';
 
 // Health tells whether checks can be decided, not only whether Redis answers PING. A Redis user
@@ -14,18 +14,7 @@ descriptors:
   - key: tenant
     rate_limit: {unit: minute, requests_per_unit: 100}
 `;
-/** README's least-privilege ACL line. */
-const COMMANDS = [
-  '+evalsha',
-  '+eval',
-  '+hmget',
-  '+hset',
-  '+pexpire',
-  '+time',
-  '+ping',
-  '+del',
-  '+exists',
-];
+const COMMANDS = README_ACL_COMMANDS;
 
 let redis: TestRedis;
 const running: TollgateProcess[] = [];

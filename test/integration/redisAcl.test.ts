@@ -9,7 +9,7 @@ import { createRedisStore } from '../../src/store/redisStore.js';
 import type { Store } from '../../src/store/Store.js';
 import { makeCerts, type TestCerts } from '../support/certs.js';
 import { freePort } from '../support/ports.js';
-import { startRedis, type TestRedis } from '../support/redis.js';
+import { startRedis, type TestRedis, README_ACL_COMMANDS } from '../support/redis.js';
 
 // The Redis store over TLS (rediss://), and as a Redis ACL user that holds only what tollgate
 // needs: README's ACL line, whose every command is shown to be needed.
@@ -149,17 +149,7 @@ describe('Redis over TLS', () => {
 });
 
 describe('a least-privilege ACL user', () => {
-  const COMMANDS = [
-    '+evalsha',
-    '+eval',
-    '+hmget',
-    '+hset',
-    '+pexpire',
-    '+time',
-    '+ping',
-    '+del',
-    '+exists',
-  ];
+  const COMMANDS = README_ACL_COMMANDS;
   /** README's ACL line for CACHE_KEY_PREFIX=`prefix`, with these commands. */
   const acl = (prefix: string, commands = COMMANDS) => [
     'on',

@@ -9,9 +9,11 @@ import {
   type Tollgate,
 } from '../support/tollgate.js';
 import {
+  acked,
   buildXdsServer,
+  isRequest,
   startXdsServer,
-  type XdsEvent,
+  xdsEnv as baseXdsEnv,
   type XdsRequestEvent,
   type XdsServer,
 } from '../support/xdsServer.js';
@@ -36,20 +38,8 @@ const request = (tenant: string) => ({
 });
 
 function xdsEnv(server: { address: string }, extra: Record<string, string> = {}) {
-  return {
-    CONFIG_TYPE: 'GRPC_XDS_SOTW',
-    CONFIG_GRPC_XDS_SERVER_URL: server.address,
-    CONFIG_GRPC_XDS_NODE_ID: NODE,
-    CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL: '100ms',
-    XDS_CLIENT_BACKOFF_INITIAL_INTERVAL: '100ms',
-    XDS_CLIENT_BACKOFF_MAX_INTERVAL: '400ms',
-    ...extra,
-  };
+  return baseXdsEnv(server, NODE, extra);
 }
-
-const isRequest = (event: XdsEvent): event is XdsRequestEvent => event.event === 'request';
-const acked = (version: string) => (event: XdsEvent) =>
-  isRequest(event) && event.kind === 'ack' && event.versionInfo === version;
 
 async function rlconfig(tollgate: Tollgate): Promise<string> {
   return (await fetch(`${tollgate.httpUrl}/rlconfig`)).text();

@@ -5,9 +5,10 @@ import { startRedis } from '../support/redis.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { callCheck, d } from '../support/tollgate.js';
 import {
+  acked,
   buildXdsServer,
   startXdsServer,
-  type XdsEvent,
+  xdsEnv,
   type XdsServer,
 } from '../support/xdsServer.js';
 
@@ -31,9 +32,6 @@ function config(perMinute: number, extraRules = 0) {
   return { name: 'api', domain: 'api', descriptors };
 }
 
-const acked = (version: string) => (e: XdsEvent) =>
-  e.event === 'request' && e.kind === 'ack' && e.versionInfo === version;
-
 async function limitNow(t: TollgateProcess): Promise<number | undefined> {
   const response = await callCheck(t.client, { domain: 'api', descriptors: [d('tenant', 'x')] });
   return response.statuses?.[0]?.current_limit?.requests_per_unit;
@@ -52,15 +50,7 @@ describe('large updates over xDS, to the built service', () => {
     const server = await startXdsServer();
     cleanup.push(() => server.stop());
     await server.set(NODE, 'v1', [config(100)]);
-    const tollgate = await spawnTollgate('unused: true', {
-      CONFIG_TYPE: 'GRPC_XDS_SOTW',
-      CONFIG_GRPC_XDS_SERVER_URL: server.address,
-      CONFIG_GRPC_XDS_NODE_ID: NODE,
-      CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL: '100ms',
-      XDS_CLIENT_BACKOFF_INITIAL_INTERVAL: '100ms',
-      XDS_CLIENT_BACKOFF_MAX_INTERVAL: '400ms',
-      ...env,
-    });
+    const tollgate = await spawnTollgate('unused: true', xdsEnv(server, NODE, env));
     cleanup.push(() => tollgate.stop());
     await server.waitFor(acked('v1'));
     return [server, tollgate];

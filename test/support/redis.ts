@@ -11,6 +11,19 @@ import { freePort } from './ports.js';
  * exists, otherwise a testcontainers container when a Docker engine exists. With neither, tests
  * fail and say how to get one; they never skip silently.
  */
+/** The commands of README's least-privilege ACL line. */
+export const README_ACL_COMMANDS = [
+  '+evalsha',
+  '+eval',
+  '+hmget',
+  '+hset',
+  '+pexpire',
+  '+time',
+  '+ping',
+  '+del',
+  '+exists',
+];
+
 export interface TestRedis {
   host: string;
   port: number;

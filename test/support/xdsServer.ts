@@ -86,6 +86,32 @@ export interface XdsRequestEvent {
   errorDetail: { code: number; message: string } | null;
 }
 
+export const isRequest = (event: XdsEvent): event is XdsRequestEvent => event.event === 'request';
+
+/** Matches the request that ACKs `version`. */
+export const acked = (version: string) => (event: XdsEvent) =>
+  isRequest(event) && event.kind === 'ack' && event.versionInfo === version;
+
+/**
+ * tollgate's settings for this server's `node`, with retries quick enough for tests: a stream
+ * that is lost or refused is opened again within half a second.
+ */
+export function xdsEnv(
+  server: { address: string },
+  node: string,
+  extra: Record<string, string> = {},
+): Record<string, string> {
+  return {
+    CONFIG_TYPE: 'GRPC_XDS_SOTW',
+    CONFIG_GRPC_XDS_SERVER_URL: server.address,
+    CONFIG_GRPC_XDS_NODE_ID: node,
+    CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL: '100ms',
+    XDS_CLIENT_BACKOFF_INITIAL_INTERVAL: '100ms',
+    XDS_CLIENT_BACKOFF_MAX_INTERVAL: '400ms',
+    ...extra,
+  };
+}
+
 const root = fileURLToPath(new URL('../..', import.meta.url));
 let binary: string | undefined;
 
