@@ -1,5 +1,5 @@
 import type { Check, Decision } from './check.js';
-import { readFileSync } from 'node:fs';
+import { PACKAGE_VERSION } from './version.js';
 import { InvalidRequestError, NoRulesError, SettingsError, StoreError } from './errors.js';
 import { createServerCredentials } from './grpc/credentials.js';
 import { createGrpcServer, routeGrpcLogs } from './grpc/server.js';
@@ -83,13 +83,6 @@ function jsonRefusal(settings: Settings): string | undefined {
     'which this plain HTTP port cannot ask for; HTTP_JSON=on serves it anyway'
   );
 }
-
-/** tollgate's version, which the xDS node reports as its user agent version. */
-const PACKAGE_VERSION = (
-  JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
-    version: string;
-  }
-).version;
 
 /** A version as logs and /rlconfig show it: the management server's text, bounded. */
 function shortVersion(version: string): string {

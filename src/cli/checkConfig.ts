@@ -4,8 +4,9 @@ import { loadConfig, parse, UsageError, type Command } from './args.js';
 const usage = `Usage: tollgate check-config [PATH]
 
 Loads the rules at PATH (a rules file, or a directory of *.yaml/*.yml files; by default the
-service's own, CONFIG_PATH or RUNTIME_ROOT's layout) as the service would, with DEFAULT_ALGORITHM and MERGE_DOMAIN_CONFIG from the environment, and prints one line
-per rule that has a limit or is unlimited, as GET /rlconfig does:
+service's own, CONFIG_PATH or RUNTIME_ROOT's layout) as the service would, with
+DEFAULT_ALGORITHM and MERGE_DOMAIN_CONFIG from the environment, and prints one line per rule
+that has a limit or is unlimited, as GET /rlconfig does:
 
   DOMAIN.KEY_VALUE.KEY: unit=MINUTE|window=30s requests_per_unit=N, algorithm=A[, burst=B], ...
 

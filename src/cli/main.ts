@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * The `tollgate` command: operator tools beside the service (which runs from dist/main.js).
+ * The `tollgate` command: the service (`serve`) and the operator tools beside it.
  * Exit codes: 0 success, 1 failure (or OVER_LIMIT from `query`), 2 a usage error.
  */
 import { TollgateError } from '../client.js';
@@ -10,10 +10,13 @@ import { checkConfig } from './checkConfig.js';
 import { counters } from './counters.js';
 import { explain } from './explain.js';
 import { query } from './query.js';
+import { serve } from './serve.js';
+import { PACKAGE_VERSION } from '../version.js';
 
-const COMMANDS: readonly Command[] = [checkConfig, query, explain, counters];
+const COMMANDS: readonly Command[] = [serve, checkConfig, query, explain, counters];
 
 const usage = `Usage: tollgate COMMAND [OPTIONS]
+       tollgate --version
 
 Commands:
 ${COMMANDS.map((command) => `  ${command.name.padEnd(14)}${command.summary}`).join('\n')}
@@ -28,6 +31,10 @@ async function main(argv: string[]): Promise<number> {
   const [name, ...args] = argv;
   if (name === '--help' || name === '-h' || name === 'help') {
     console.log(usage);
+    return 0;
+  }
+  if (name === '--version' || name === '-v' || name === 'version') {
+    console.log(`tollgate ${PACKAGE_VERSION}`);
     return 0;
   }
   const command = COMMANDS.find((candidate) => candidate.name === name);

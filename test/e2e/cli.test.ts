@@ -1,10 +1,12 @@
 // The built `tollgate` command (dist/cli/main.js, built by test/globalSetup.ts), run as an operator
 // would: its output and exit codes, against rules files, a running service and a real Redis.
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { counterKey } from '../../src/keys.js';
 import { freePort } from '../support/ports.js';
+import { spawnTollgate } from '../support/processes.js';
 import { startRedis, type TestRedis } from '../support/redis.js';
 import { d, startTollgate, writeRules, type Tollgate } from '../support/tollgate.js';
 
@@ -56,7 +58,7 @@ describe('usage', () => {
   it('lists the commands with --help, and exits 2 on a usage error', async () => {
     const help = await cli(['--help']);
     expect(help.code).toBe(0);
-    expect(help.stdout).toMatch(/check-config.*\n.*query.*\n.*explain.*\n.*counters/);
+    expect(help.stdout).toMatch(/serve.*\n.*check-config.*\n.*query.*\n.*explain.*\n.*counters/);
     expect(await cli([])).toMatchObject({ code: 2, stdout: '' });
     expect(await cli(['frobnicate'])).toMatchObject({ code: 2 });
 
@@ -69,6 +71,57 @@ describe('usage', () => {
     const missing = await cli(['explain', '--config', rulesPath, '--domain', 'api']);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toMatch(/^tollgate explain: --descriptor is required/);
+  });
+});
+
+describe('--version', () => {
+  it("prints the package's version", async () => {
+    const { version } = JSON.parse(readFileSync('package.json', 'utf8')) as { version: string };
+    for (const flag of ['--version', '-v']) {
+      expect(await cli([flag])).toEqual({ code: 0, stdout: `tollgate ${version}\n`, stderr: '' });
+    }
+  });
+});
+
+describe('serve', () => {
+  let redis: TestRedis;
+  beforeAll(async () => {
+    redis = await startRedis();
+  });
+  afterAll(async () => {
+    await redis?.stop();
+  });
+
+  // As `npx tollgate serve` runs it; with WORKERS=2 its workers run the same command line.
+  it.each([{ WORKERS: '1' }, { WORKERS: '2' }])(
+    'runs the service until SIGTERM, with %o',
+    async (workers) => {
+      const env = { ...workers, REDIS_URL: redis.url };
+      const service = await spawnTollgate(RULES, env, { entry: ['dist/cli/main.js', 'serve'] });
+      try {
+        const answer = await fetch(`${service.httpUrl}/json`, {
+          method: 'POST',
+          body: JSON.stringify({
+            domain: 'api',
+            descriptors: [{ entries: [{ key: 'tenant', value: 'acme' }] }],
+          }),
+        });
+        expect(await answer.json()).toMatchObject({
+          overallCode: 'OK',
+          statuses: [{ currentLimit: { requestsPerUnit: 5, unit: 'MINUTE' } }],
+        });
+      } finally {
+        expect(await service.stop()).toBe(0);
+      }
+    },
+    30_000,
+  );
+
+  it('refuses an argument, and a bad setting stops it with one line', async () => {
+    expect(await cli(['serve', 'now'])).toMatchObject({ code: 2 });
+    const bad = await cli(['serve'], { CONFIG_PATH: rulesPath, FAILURE_MODE: 'sometimes' });
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toMatch(/^tollgate: FAILURE_MODE: 'sometimes' is not one of/);
   });
 });
 

@@ -28,6 +28,8 @@ export interface SpawnOptions {
   anyHealth?: boolean;
   /** Run it under this limit of open files (RLIMIT_NOFILE, soft and hard), with prlimit. */
   fileLimit?: number;
+  /** The script and its arguments; by default `dist/main.js`, as `npm start` runs it. */
+  entry?: string[];
 }
 
 export async function spawnTollgate(
@@ -37,10 +39,9 @@ export async function spawnTollgate(
 ): Promise<TollgateProcess> {
   const port = await freePort();
   const httpPort = await freePort();
+  const node = [process.execPath, ...(options.entry ?? ['dist/main.js'])];
   const command =
-    options.fileLimit === undefined
-      ? [process.execPath, 'dist/main.js']
-      : ['prlimit', `--nofile=${options.fileLimit}`, process.execPath, 'dist/main.js'];
+    options.fileLimit === undefined ? node : ['prlimit', `--nofile=${options.fileLimit}`, ...node];
   const child = spawn(command[0] as string, command.slice(1), {
     env: {
       ...process.env,

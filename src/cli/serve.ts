@@ -1,0 +1,47 @@
+import { RulesError, SettingsError } from '../errors.js';
+import { parse, UsageError, type Command } from './args.js';
+
+const usage = `Usage: tollgate serve
+
+Runs the service, as 'npm start' does: the gRPC server on GRPC_PORT (8081) and the HTTP
+endpoints on PORT (8080), with every setting read from the environment. It runs until SIGTERM
+or SIGINT, then drains and stops.
+
+Options:
+  -h, --help  Show this help`;
+
+/**
+ * Starts the service: alone, or as the primary of WORKERS (whose workers run this same command).
+ * Bad settings or rules print one line and exit 1, without a stack.
+ */
+export async function startService(): Promise<void> {
+  // Loaded only here, so that the other commands do not pay for the service's modules.
+  const { run } = await import('../workers.js');
+  try {
+    await run();
+  } catch (error) {
+    if (!(error instanceof SettingsError || error instanceof RulesError)) throw error;
+    console.error(`tollgate: ${error.message}`);
+    process.exit(1);
+  }
+}
+
+export const serve: Command = {
+  name: 'serve',
+  summary: 'run the service (settings from the environment)',
+  usage,
+  async run(args) {
+    const { values, positionals } = parse({
+      args,
+      options: { help: { type: 'boolean', short: 'h' } },
+      allowPositionals: true,
+    });
+    if (values.help) {
+      console.log(usage);
+      return 0;
+    }
+    if (positionals.length > 0) throw new UsageError(`unexpected argument '${positionals[0]}'`);
+    await startService();
+    return 0;
+  },
+};
