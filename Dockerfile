@@ -19,10 +19,12 @@ COPY proto ./proto
 COPY config ./config
 # Where Envoy Gateway's pod spec looks for envoyproxy/ratelimit's binary.
 COPY --chmod=755 docker/ratelimit /bin/ratelimit
+COPY docker/healthcheck.mjs ./docker/healthcheck.mjs
 # The image's unprivileged user; nothing here needs root.
 USER node
 EXPOSE 8080 8081
+# It reads PORT and HOST from the container's environment, as the service does.
 HEALTHCHECK --interval=5s --timeout=2s --start-period=5s --retries=6 \
-  CMD ["node", "-e", "fetch('http://127.0.0.1:8080/healthcheck').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+  CMD ["node", "docker/healthcheck.mjs"]
 # node itself is PID 1, so SIGTERM reaches tollgate and it drains before exiting.
 CMD ["node", "dist/main.js"]

@@ -51,7 +51,8 @@ describe('docker-compose.yml', () => {
     expect(Object.keys(services).sort()).toEqual(['echo', 'envoy', 'redis', 'tollgate']);
     expect(services.redis?.healthcheck).toBeDefined();
     expect(services.envoy?.healthcheck).toBeDefined();
-    expect(dockerfile).toMatch(/^HEALTHCHECK [^]*?\/healthcheck/m);
+    expect(dockerfile).toMatch(/^HEALTHCHECK [^]*?CMD \["node", "docker\/healthcheck\.mjs"\]/m);
+    expect(dockerfile).toMatch(/^COPY docker\/healthcheck\.mjs \.\/docker\/healthcheck\.mjs$/m);
     for (const service of Object.values(services)) {
       for (const [dependency, { condition }] of Object.entries(service.depends_on ?? {})) {
         if (condition === 'service_healthy') {
