@@ -3,6 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse } from 'yaml';
 
 // envoy/envoy.yaml is checked against Envoy's published v3 API by the Go validator in
 // envoy/validate, through `npm run validate:envoy`. Each broken copy is made from the real file by
@@ -127,5 +128,71 @@ describe("envoy/envoy.yaml against Envoy's API", () => {
     const { code, stderr } = await validate([], { ...process.env, PATH: '/nonexistent' });
     expect(code).toBe(2);
     expect(stderr).toMatch(/Go 1\.23 or newer is needed .* https:\/\/go\.dev\/dl/);
+  });
+});
+
+describe('envoy/envoy-local.yaml, the same bootstrap for an Envoy outside Docker Compose', () => {
+  const local = (args: string[]): Promise<Run> =>
+    new Promise((resolve) => {
+      const child = spawn(process.execPath, ['scripts/envoy-local.mjs', ...args]);
+      let stdout = '';
+      let stderr = '';
+      child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+      child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+      child.once('close', (code) => resolve({ code, stdout, stderr }));
+    });
+  const clusterAddresses = (yaml: string) =>
+    (
+      parse(yaml) as {
+        static_resources: {
+          clusters: {
+            name: string;
+            load_assignment: {
+              endpoints: { lb_endpoints: { endpoint: { address: unknown } }[] }[];
+            };
+          }[];
+        };
+      }
+    ).static_resources.clusters.map((cluster) => [
+      cluster.name,
+      cluster.load_assignment.endpoints[0]?.lb_endpoints[0]?.endpoint.address,
+    ]);
+
+  it("is up to date with envoy.yaml, and valid against Envoy's API", async () => {
+    expect(await local(['--check'])).toMatchObject({ code: 0 });
+    expect(await validate(['envoy/envoy-local.yaml'])).toMatchObject({ code: 0 });
+  });
+
+  it('differs from envoy.yaml only in the addresses it is given', async () => {
+    const out = join(dir, 'elsewhere.yaml');
+    const run = await local([
+      '--tollgate',
+      '[::1]:9081',
+      '--upstream',
+      'app.internal:80',
+      '--out',
+      out,
+    ]);
+    expect(run.code, run.stderr).toBe(0);
+    const moved = readFileSync(out, 'utf8');
+    expect(clusterAddresses(moved)).toEqual([
+      ['tollgate', { socket_address: { address: '::1', port_value: 9081 } }],
+      ['upstream', { socket_address: { address: 'app.internal', port_value: 80 } }],
+    ]);
+    // Three lines of header say where it came from.
+    const back = moved
+      .split('\n')
+      .slice(3)
+      .join('\n')
+      .replace("address: '::1', port_value: 9081", 'address: tollgate, port_value: 8081')
+      .replace("address: 'app.internal', port_value: 80", 'address: echo, port_value: 5678');
+    expect(back).toBe(envoyYaml);
+    expect(await validate([out])).toMatchObject({ code: 0 });
+  });
+
+  it('refuses an address that is not HOST:PORT, by option', async () => {
+    const run = await local(['--upstream', 'app.internal', '--out', join(dir, 'never.yaml')]);
+    expect(run).toMatchObject({ code: 1 });
+    expect(run.stderr).toContain("--upstream: 'app.internal' is not HOST:PORT");
   });
 });
