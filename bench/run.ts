@@ -1,4 +1,4 @@
-import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -32,7 +32,8 @@ import { runVersus } from './versus.js';
 /**
  * The bench, run by `npm run bench` (scripts/bench.mjs builds it and ghz first). Usage:
  *   npm run bench [-- --quick] [--out NAME] [--workers N]
- * Writes bench/results/NAME.{json,md,svg}; NAME defaults to latest-full or latest-quick.
+ * Writes bench/results/NAME.{json,md,svg}; NAME defaults to latest-full or latest-quick. Every
+ * --quick run writes into .cache/bench-results/ instead, leaving the tracked results alone.
  *   npm run bench -- --profile [--scenario NAME] [--rps N] [--env NAME=VALUE]
  * Writes bench/results/profile-SCENARIO[-N]rps.{md,json}: where tollgate's CPU goes (see profileRun).
  *   npm run bench -- --perf [--scenario NAME] [--rps N]
@@ -85,9 +86,23 @@ function tollgateEnv(): Record<string, string> {
   return env;
 }
 
-function writeAtomically(path: string, text: string): void {
-  writeFileSync(`${path}.tmp`, text);
-  renameSync(`${path}.tmp`, path);
+/**
+ * Full runs write into bench/results/, which is kept in the repository; quick runs, which check
+ * that the bench works rather than measure, into .cache/bench-results/, so they leave the
+ * checkout as it was.
+ */
+const resultsDir =
+  plan.mode === 'quick' ? join('.cache', 'bench-results') : join('bench', 'results');
+
+/** Writes bench results NAME.EXT for each extension given, whole or not at all, and says so. */
+function writeResults(name: string, files: Record<string, string>): void {
+  mkdirSync(join(repoRoot, resultsDir), { recursive: true });
+  for (const [extension, text] of Object.entries(files)) {
+    const path = join(repoRoot, resultsDir, `${name}.${extension}`);
+    writeFileSync(`${path}.tmp`, text);
+    renameSync(`${path}.tmp`, path);
+  }
+  log(`wrote ${join(resultsDir, name)}.{${Object.keys(files).join(',')}}`);
 }
 
 async function main(): Promise<number> {
@@ -96,7 +111,7 @@ async function main(): Promise<number> {
   const machine = describeMachine(process.env.BENCH_GHZ_VERSION ?? 'unknown');
   let redis: RedisServer | undefined;
   try {
-    log(`${plan.mode} run, results in bench/results/${name}.*`);
+    log(`${plan.mode} run, results in ${join(resultsDir, name)}.*`);
     if (machine.loadAverage.start > machine.cores / 2) {
       // Other work competes with ghz and the services for the same cores: say so up front.
       log(`the machine is busy (load average ${machine.loadAverage.start}): expect low numbers`);
@@ -162,12 +177,12 @@ async function main(): Promise<number> {
       versus,
     };
     const results: BenchResults = { ...partial, targets: judgeTargets(partial) };
-    const base = join(repoRoot, 'bench', 'results', name);
     const chartTitle = `tollgate p99 latency, ${results.mode} run, ${machine.cores} cores`;
-    writeAtomically(`${base}.json`, `${JSON.stringify(results, null, 2)}\n`);
-    writeAtomically(`${base}.svg`, latencyChart(latency, chartTitle, BREAK.maxP99Ms));
-    writeAtomically(`${base}.md`, markdownReport(results, `${name}.svg`));
-    log(`wrote bench/results/${name}.json, .md and .svg`);
+    writeResults(name, {
+      json: `${JSON.stringify(results, null, 2)}\n`,
+      svg: latencyChart(latency, chartTitle, BREAK.maxP99Ms),
+      md: markdownReport(results, `${name}.svg`),
+    });
 
     const problems = missingFields(results);
     for (const problem of problems) log(`missing or invalid: ${problem}`);
@@ -256,13 +271,10 @@ async function profileRun(): Promise<number> {
       '',
     ].join('\n');
     const file = `profile-${scenario.name}${rps === undefined ? '' : `-${rps}rps`}`;
-    const base = join(repoRoot, 'bench', 'results', file);
-    writeAtomically(`${base}.md`, text);
-    writeAtomically(
-      `${base}.json`,
-      `${JSON.stringify({ scenario: scenario.name, run, summary }, null, 2)}\n`,
-    );
-    log(`wrote bench/results/${file}.md and .json`);
+    writeResults(file, {
+      md: text,
+      json: `${JSON.stringify({ scenario: scenario.name, run, summary }, null, 2)}\n`,
+    });
     return 0;
   } finally {
     redis?.client.disconnect();
@@ -296,10 +308,10 @@ async function versusRun(): Promise<number> {
       versus,
       targets,
     };
-    const base = join(repoRoot, 'bench', 'results', results.name);
-    writeAtomically(`${base}.json`, `${JSON.stringify(results, null, 2)}\n`);
-    writeAtomically(`${base}.md`, versusReport(results));
-    log(`wrote bench/results/${results.name}.json and .md`);
+    writeResults(results.name, {
+      json: `${JSON.stringify(results, null, 2)}\n`,
+      md: versusReport(results),
+    });
     return 0;
   } finally {
     redis?.client.disconnect();
@@ -340,10 +352,10 @@ async function scriptCostRun(): Promise<number> {
       ),
       '',
     ].join('\n');
-    const base = join(repoRoot, 'bench', 'results', 'script-cost');
-    writeAtomically(`${base}.md`, text);
-    writeAtomically(`${base}.json`, `${JSON.stringify({ plan: scriptPlan, rows }, null, 2)}\n`);
-    log('wrote bench/results/script-cost.md and .json');
+    writeResults('script-cost', {
+      md: text,
+      json: `${JSON.stringify({ plan: scriptPlan, rows }, null, 2)}\n`,
+    });
     return 0;
   } finally {
     redis?.client.disconnect();
@@ -384,13 +396,10 @@ async function perfRun(): Promise<number> {
     const seconds = plan.mode === 'quick' ? 2 : 8;
     const entries = await runPerf(ghz, redis, services, scenario, { rps, seconds });
     const text = perfReport(entries, scenario.name, rps, seconds, machine);
-    const base = join(repoRoot, 'bench', 'results', `perf-${scenario.name}`);
-    writeAtomically(`${base}.md`, text);
-    writeAtomically(
-      `${base}.json`,
-      `${JSON.stringify({ scenario: scenario.name, rps, seconds, entries }, null, 2)}\n`,
-    );
-    log(`wrote bench/results/perf-${scenario.name}.md and .json`);
+    writeResults(`perf-${scenario.name}`, {
+      md: text,
+      json: `${JSON.stringify({ scenario: scenario.name, rps, seconds, entries }, null, 2)}\n`,
+    });
     return 0;
   } finally {
     redis?.client.disconnect();

@@ -1,5 +1,5 @@
-// `npm run bench [-- --quick] [--out NAME] [--workers N]`: installs ghz (once per version, into
-// .cache/ghz/) and envoyproxy/ratelimit's server (into .cache/reference/, by scripts/reference.sh),
+// `npm run bench [-- --quick] [--out NAME] [--workers N]`: takes ghz from PATH, or else installs it
+// (once per version, into .cache/ghz/), and installs envoyproxy/ratelimit's server (into .cache/reference/, by scripts/reference.sh),
 // builds dist/ and the harness in bench/ (into .cache/bench/), then runs it. The harness starts
 // Redis, tollgate, the reference and the bare server itself, and stops them when it ends.
 import { spawn, spawnSync } from 'node:child_process';
@@ -20,15 +20,21 @@ function run(command, args, options = {}) {
   if (result.error || result.status !== 0) fail(`${command} ${args.join(' ')} failed`);
 }
 
-function installGhz() {
+/** The ghz to drive load with, and its version as the results record it. */
+function findGhz() {
+  // One on PATH is used as it is; builds from source call themselves "dev".
+  const onPath = spawnSync('ghz', ['--version'], { encoding: 'utf8' });
+  if (!onPath.error && onPath.status === 0) {
+    return { binary: 'ghz', version: `${onPath.stdout.trim() || 'unknown'} (ghz on PATH)` };
+  }
   const dir = join(root, '.cache', 'ghz', GHZ_VERSION);
   const binary = join(dir, 'ghz');
-  if (existsSync(binary)) return binary;
+  if (existsSync(binary)) return { binary, version: GHZ_VERSION };
   const go = spawnSync('go', ['version'], { encoding: 'utf8' });
   if (go.error || go.status !== 0) {
     fail(
-      `the bench drives load with ghz ${GHZ_VERSION}, built from source with Go, and Go is not ` +
-        `on PATH: install Go (https://go.dev/dl) or put a ghz ${GHZ_VERSION} binary at ${binary}`,
+      `the bench drives load with ghz, which is not on PATH, and Go, which would build ghz ` +
+        `${GHZ_VERSION} from source, is not on PATH either: install ghz or Go (https://go.dev/dl)`,
     );
   }
   console.error(`bench: installing ghz ${GHZ_VERSION} into ${dir}`);
@@ -36,7 +42,7 @@ function installGhz() {
   run('go', ['install', `github.com/bojand/ghz/cmd/ghz@${GHZ_VERSION}`], {
     env: { ...process.env, GOBIN: dir },
   });
-  return binary;
+  return { binary, version: GHZ_VERSION };
 }
 
 function build() {
@@ -54,7 +60,7 @@ function build() {
 if (spawnSync('redis-server', ['--version']).status !== 0) {
   fail('the bench needs redis-server on PATH (Debian: apt-get install -y redis-server)');
 }
-const ghz = installGhz();
+const ghz = findGhz();
 // envoyproxy/ratelimit's server, which the bench compares tollgate with (once, into .cache/).
 run('bash', [join(root, 'scripts', 'reference.sh')]);
 build();
@@ -65,8 +71,8 @@ const child = spawn(process.execPath, [join(root, '.cache', 'bench', 'bench', 'r
   stdio: 'inherit',
   env: {
     ...process.env,
-    BENCH_GHZ: ghz,
-    BENCH_GHZ_VERSION: GHZ_VERSION,
+    BENCH_GHZ: ghz.binary,
+    BENCH_GHZ_VERSION: ghz.version,
     BENCH_COMMAND: ['npm run bench', ...(args.length ? ['--', ...args] : [])].join(' '),
   },
 });
