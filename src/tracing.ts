@@ -1,5 +1,12 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { SpanKind, SpanStatusCode, type Span } from '@opentelemetry/api';
+import {
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  type Span,
+  type TextMapGetter,
+} from '@opentelemetry/api';
+import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { defaultResource, resourceFromAttributes } from '@opentelemetry/resources';
 import {
   BatchSpanProcessor,
@@ -8,15 +15,16 @@ import {
 } from '@opentelemetry/sdk-trace-base';
 import { NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
 import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
+import type { RequestHeader } from './check.js';
 import { optional, type Env } from './envValues.js';
 import { InvalidRequestError } from './errors.js';
 import { createOtlpExporter } from './otlpExporter.js';
 import type { CheckEvent } from './outcome.js';
 
 /**
- * OpenTelemetry tracing of checks: one SERVER span named ShouldRateLimit per check, sent over
- * OTLP when the standard OTEL_* variables name an endpoint. With otlpExporter.ts, the only module
- * that imports `@opentelemetry/*`.
+ * OpenTelemetry tracing of checks: one SERVER span named ShouldRateLimit per check, continuing
+ * the caller's trace (W3C Trace Context), sent over OTLP when the standard OTEL_* variables name
+ * an endpoint. With otlpExporter.ts, the only module that imports `@opentelemetry/*`.
  */
 export interface TracingOptions {
   /** OTEL_EXPORTER_OTLP_* (see createOtlpExporter), OTEL_SDK_DISABLED, OTEL_SERVICE_NAME. */
@@ -27,8 +35,12 @@ export interface TracingOptions {
 
 export interface Tracing {
   enabled: boolean;
-  /** Runs one check in a SERVER span named ShouldRateLimit, ended when it settles; records errors. */
-  traceCheck<T>(run: () => Promise<T>): Promise<T>;
+  /**
+   * Runs one check in a SERVER span named ShouldRateLimit, ended when it settles; records errors.
+   * The span is a child of the caller's, from the request's `traceparent` and `tracestate`; an
+   * invalid `traceparent` is ignored (a new trace). The headers are read only when enabled.
+   */
+  traceCheck<T>(run: () => Promise<T>, header?: RequestHeader): Promise<T>;
   /** The limiter's CheckObserver: describes the check on the span of the traceCheck it runs in. */
   observe(event: CheckEvent): void;
   /** Sends the spans still buffered, then stops. */
@@ -72,8 +84,10 @@ export function createTracing(options: TracingOptions): Tracing {
   return {
     enabled: true,
 
-    async traceCheck(run) {
-      const span = tracer.startSpan('ShouldRateLimit', { kind: SpanKind.SERVER });
+    async traceCheck(run, header) {
+      // The provider's sampler (parent-based by default) honours the caller's sampled flag.
+      const parent = header ? propagator.extract(ROOT_CONTEXT, header, headerGetter) : ROOT_CONTEXT;
+      const span = tracer.startSpan('ShouldRateLimit', { kind: SpanKind.SERVER }, parent);
       try {
         return await checkSpan.run(span, run);
       } catch (error) {
@@ -109,3 +123,9 @@ export function createTracing(options: TracingOptions): Tracing {
     shutdown: () => provider.shutdown(),
   };
 }
+
+const propagator = new W3CTraceContextPropagator();
+const headerGetter: TextMapGetter<RequestHeader> = {
+  get: (header, name) => header(name),
+  keys: () => propagator.fields(),
+};

@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { SpanKind, SpanStatusCode } from '@opentelemetry/api';
 import { InMemorySpanExporter } from '@opentelemetry/sdk-trace-base';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import type { Check, Decision } from '../../src/check.js';
+import type { Check, Decision, RequestHeader } from '../../src/check.js';
 import { InvalidRequestError, SettingsError, StoreError } from '../../src/errors.js';
 import type { CheckEvent } from '../../src/outcome.js';
 import { createTracing, type Tracing } from '../../src/tracing.js';
@@ -186,6 +186,72 @@ describe('tracing into an exporter', () => {
     expect(await decide(tracing, 'api', { decision: OK })).toBe(OK);
     await tracing.traceCheck(() => Promise.resolve('unobserved'));
     expect(exporter.getFinishedSpans().map((span) => span.attributes)).toEqual([{}]);
+  });
+});
+
+describe("continuing the caller's trace", () => {
+  const TRACE = '4bf92f3577b34da6a3ce929d0e0e4736';
+  const CALLER = '00f067aa0ba902b7';
+  const headers =
+    (values: Record<string, string | string[]>): RequestHeader =>
+    (name) =>
+      values[name];
+
+  async function spanOf(header: RequestHeader) {
+    const exporter = new InMemorySpanExporter();
+    const tracing = tracingWith({ env: {}, exporter });
+    await tracing.traceCheck(() => decide(tracing, 'api', { decision: OK }), header);
+    return exporter.getFinishedSpans();
+  }
+
+  it("makes the span a child of the traceparent's span, with its tracestate", async () => {
+    const [span] = await spanOf(
+      headers({ traceparent: `00-${TRACE}-${CALLER}-01`, tracestate: ['vendor=a', 'other=b'] }),
+    );
+    expect(span!.spanContext().traceId).toBe(TRACE);
+    expect(span!.spanContext().spanId).not.toBe(CALLER);
+    expect(span!.parentSpanContext).toMatchObject({
+      traceId: TRACE,
+      spanId: CALLER,
+      isRemote: true,
+    });
+    expect(span!.spanContext().traceState?.serialize()).toBe('vendor=a,other=b');
+    expect(span!.attributes['ratelimit.decision']).toBe('OK');
+  });
+
+  it('records nothing when the caller did not sample its trace', async () => {
+    expect(await spanOf(headers({ traceparent: `00-${TRACE}-${CALLER}-00` }))).toEqual([]);
+  });
+
+  it('starts a new trace when there is no traceparent, or an invalid one', async () => {
+    for (const traceparent of [
+      undefined,
+      '',
+      'garbage',
+      `00-${'0'.repeat(32)}-${CALLER}-01`, // an all-zero trace id
+      `00-${TRACE}-${'0'.repeat(16)}-01`, // an all-zero span id
+      `00-${TRACE.toUpperCase()}-${CALLER}-01`, // hex is lower-case
+      `ff-${TRACE}-${CALLER}-01`, // version ff is forbidden
+      `00-${TRACE}-${CALLER}-01-extra`, // version 00 has four fields
+      `00-${TRACE.slice(1)}-${CALLER}-01`,
+    ]) {
+      const [span] = await spanOf(headers(traceparent === undefined ? {} : { traceparent }));
+      expect(span!.parentSpanContext, String(traceparent)).toBeUndefined();
+      expect(span!.spanContext().traceId).not.toBe(TRACE);
+    }
+  });
+
+  it('reads no header when tracing is off', async () => {
+    const read: string[] = [];
+    const tracing = createTracing({ env: {} });
+    const header: RequestHeader = (name) => {
+      read.push(name);
+      return `00-${TRACE}-${CALLER}-01`;
+    };
+    expect(await tracing.traceCheck(() => decide(tracing, 'api', { decision: OK }), header)).toBe(
+      OK,
+    );
+    expect(read).toEqual([]);
   });
 });
 
