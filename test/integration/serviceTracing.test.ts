@@ -18,19 +18,20 @@ const CALLER_SPAN = '00f067aa0ba902b7';
 const JSON_TRACE = '0af7651916cd43dd8448eb211c80319c';
 
 const RULES =
-  'domain: traced\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n';
-const request = (value: string): RateLimitRequestObject => ({
+  'domain: traced\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n';
+/** A check of `count` descriptors: the count tells the spans apart. */
+const request = (count: number): RateLimitRequestObject => ({
   domain: 'traced',
-  descriptors: [d('k', value)],
+  descriptors: Array.from({ length: count }, (_, i) => d('k', String(i))),
 });
 
 /** ShouldRateLimit with these metadata; resolves with the overall code. */
-function checkWith(tollgate: Tollgate, value: string, metadata: Record<string, string>) {
+function checkWith(tollgate: Tollgate, count: number, metadata: Record<string, string>) {
   const meta = new grpc.Metadata();
   for (const [key, text] of Object.entries(metadata)) meta.set(key, text);
   return new Promise<string>((resolve, reject) =>
     tollgate.client.ShouldRateLimit(
-      request(value),
+      request(count),
       meta,
       { deadline: Date.now() + 5_000 },
       (error, response) => (error ? reject(error) : resolve(codes(response!)[0]!)),
@@ -58,25 +59,24 @@ describe.each(['grpc', 'http/protobuf'])('tracing in the running service, over %
     try {
       const traceparent = (trace: string, flags: string) => `00-${trace}-${CALLER_SPAN}-${flags}`;
       const answers = [
-        await checkWith(tollgate, 'a', {
+        await checkWith(tollgate, 1, {
           traceparent: traceparent(CALLER_TRACE, '01'),
           tracestate: 'envoy=1',
         }),
-        await checkWith(tollgate, 'b', {}),
+        await checkWith(tollgate, 2, {}),
         // Invalid: a new trace, and the check is answered all the same.
-        await checkWith(tollgate, 'c', { traceparent: traceparent('0'.repeat(32), '01') }),
-        await checkWith(tollgate, 'd', { traceparent: 'not-a-traceparent' }),
+        await checkWith(tollgate, 3, { traceparent: traceparent('0'.repeat(32), '01') }),
+        await checkWith(tollgate, 4, { traceparent: 'not-a-traceparent' }),
         // Not sampled by the caller: no span.
-        await checkWith(tollgate, 'e', { traceparent: traceparent(CALLER_TRACE, '00') }),
+        await checkWith(tollgate, 5, { traceparent: traceparent(CALLER_TRACE, '00') }),
       ];
       expect(answers).toEqual(['OK', 'OK', 'OK', 'OK', 'OK']);
       const json = await fetch(`${tollgate.httpUrl}/json`, {
         method: 'POST',
         headers: { traceparent: traceparent(JSON_TRACE, '01') },
-        body: JSON.stringify(request('f')),
+        body: JSON.stringify(request(6)),
       });
       expect(json.status).toBe(200);
-      expect(receiver.requests).toEqual([]); // batched: nothing is sent until a flush
     } finally {
       await tollgate.stop(); // stopping flushes the spans still buffered
       await receiver.close();
@@ -89,8 +89,13 @@ describe.each(['grpc', 'http/protobuf'])('tracing in the running service, over %
       // OTLP/HTTP's default bodies are protobuf; gRPC's content type is not metadata.
       if (protocol !== 'grpc') expect(headers['content-type']).toBe('application/x-protobuf');
     }
-    // Checks made one after another end, and are exported, in that order.
-    const spans = receiver.spans();
+    const spans = receiver
+      .spans()
+      .sort(
+        (a, b) =>
+          Number(a.attributes['ratelimit.descriptors']) -
+          Number(b.attributes['ratelimit.descriptors']),
+      );
     expect(spans.map((span) => [span.name, span.kind, span.resource['service.name']])).toEqual(
       Array(5).fill(['ShouldRateLimit', 2, 'tollgate-test']),
     );
@@ -108,13 +113,15 @@ describe.each(['grpc', 'http/protobuf'])('tracing in the running service, over %
           'tollgate.store.duration_ms': expect.any(Number),
         },
       ],
-      [expect.any(String), '', '', expect.objectContaining({ 'ratelimit.domain': 'traced' })],
-      [expect.any(String), '', '', expect.objectContaining({ 'ratelimit.decision': 'OK' })],
-      [expect.any(String), '', '', expect.objectContaining({ 'ratelimit.decision': 'OK' })],
-      [JSON_TRACE, CALLER_SPAN, '', expect.objectContaining({ 'ratelimit.decision': 'OK' })],
+      // No traceparent, then two invalid ones: each a new trace, with no parent.
+      [expect.any(String), '', '', expect.objectContaining({ 'ratelimit.descriptors': 2 })],
+      [expect.any(String), '', '', expect.objectContaining({ 'ratelimit.descriptors': 3 })],
+      [expect.any(String), '', '', expect.objectContaining({ 'ratelimit.descriptors': 4 })],
+      // POST /json.
+      [JSON_TRACE, CALLER_SPAN, '', expect.objectContaining({ 'ratelimit.descriptors': 6 })],
     ]);
     const traces = new Set(spans.map((span) => span.traceId));
-    expect(traces.size).toBe(5); // the ones without a valid traceparent each began a trace
+    expect(traces.size).toBe(5);
     for (const span of spans) {
       expect(span.traceId).toMatch(/^[\da-f]{32}$/);
       expect(span.spanId).toMatch(/^[\da-f]{16}$/);
