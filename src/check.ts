@@ -68,3 +68,9 @@ export interface Decision {
   /** Merged `metadata` of the matched rules, when RESPONSE_DYNAMIC_METADATA is on. */
   dynamicMetadata?: Record<string, JsonValue>;
 }
+
+/**
+ * A header of the request a check came in (gRPC metadata or HTTP), by lower-case name. A function,
+ * so that nothing is read unless something asks: tracing, for `traceparent`, when it is on.
+ */
+export type RequestHeader = (name: string) => string | string[] | undefined;

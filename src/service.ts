@@ -1,4 +1,4 @@
-import type { Check, Decision } from './check.js';
+import type { Check, Decision, RequestHeader } from './check.js';
 import { PACKAGE_VERSION } from './version.js';
 import { InvalidRequestError, NoRulesError, SettingsError, StoreError } from './errors.js';
 import { createServerCredentials } from './grpc/credentials.js';
@@ -195,12 +195,12 @@ export function createService(options: ServiceOptions): Service {
     },
   });
 
-  /** One check, from either server: traced, and timed by its outcome. */
-  async function decide(check: Check): Promise<Decision> {
+  /** One check, from either server: traced in the caller's trace, and timed by its outcome. */
+  async function decide(check: Check, header: RequestHeader): Promise<Decision> {
     const started = performance.now();
     let outcome: RpcOutcome = 'internal';
     try {
-      const decision = await tracing.traceCheck(() => limiter.decide(check));
+      const decision = await tracing.traceCheck(() => limiter.decide(check), header);
       outcome = decision.code === 'OK' ? 'ok' : 'over_limit';
       return decision;
     } catch (error) {

@@ -1,13 +1,19 @@
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SpanKind, SpanStatusCode } from '@opentelemetry/api';
 import { InMemorySpanExporter } from '@opentelemetry/sdk-trace-base';
-import { afterEach, describe, expect, it } from 'vitest';
-import type { Check, Decision } from '../../src/check.js';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { Check, Decision, RequestHeader } from '../../src/check.js';
 import { InvalidRequestError, SettingsError, StoreError } from '../../src/errors.js';
 import type { CheckEvent } from '../../src/outcome.js';
 import { createTracing, type Tracing } from '../../src/tracing.js';
+import { makeCerts } from '../support/certs.js';
+import {
+  EXPORT_METHOD,
+  startGrpcReceiver,
+  startHttpReceiver,
+  type OtlpReceiver,
+} from '../support/otlpReceiver.js';
 
 // The limiter calls `observe` from inside its own async call, after awaiting the store; this
 // stands in for it, so each span is described by the check that ran in it.
@@ -183,71 +189,88 @@ describe('tracing into an exporter', () => {
   });
 });
 
-interface Received {
-  method: string | undefined;
-  url: string | undefined;
-  headers: Record<string, string | string[] | undefined>;
-  body: string;
-}
+describe("continuing the caller's trace", () => {
+  const TRACE = '4bf92f3577b34da6a3ce929d0e0e4736';
+  const CALLER = '00f067aa0ba902b7';
+  const headers =
+    (values: Record<string, string | string[]>): RequestHeader =>
+    (name) =>
+      values[name];
 
-/** An OTLP/HTTP receiver on a free port that keeps what it is sent. */
-async function startReceiver(): Promise<{ url: string; received: Received[]; server: Server }> {
-  const received: Received[] = [];
-  const server = createServer((request, response) => {
-    const chunks: Buffer[] = [];
-    request.on('data', (chunk: Buffer) => chunks.push(chunk));
-    request.on('end', () => {
-      received.push({
-        method: request.method,
-        url: request.url,
-        headers: request.headers,
-        body: Buffer.concat(chunks).toString('utf8'),
-      });
-      response.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+  async function spanOf(header: RequestHeader) {
+    const exporter = new InMemorySpanExporter();
+    const tracing = tracingWith({ env: {}, exporter });
+    await tracing.traceCheck(() => decide(tracing, 'api', { decision: OK }), header);
+    return exporter.getFinishedSpans();
+  }
+
+  it("makes the span a child of the traceparent's span, with its tracestate", async () => {
+    const [span] = await spanOf(
+      headers({ traceparent: `00-${TRACE}-${CALLER}-01`, tracestate: ['vendor=a', 'other=b'] }),
+    );
+    expect(span!.spanContext().traceId).toBe(TRACE);
+    expect(span!.spanContext().spanId).not.toBe(CALLER);
+    expect(span!.parentSpanContext).toMatchObject({
+      traceId: TRACE,
+      spanId: CALLER,
+      isRemote: true,
     });
+    expect(span!.spanContext().traceState?.serialize()).toBe('vendor=a,other=b');
+    expect(span!.attributes['ratelimit.decision']).toBe('OK');
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  return { url: `http://127.0.0.1:${port}`, received, server };
-}
 
-interface OtlpAttribute {
-  key: string;
-  value: { stringValue?: string; intValue?: number | string; boolValue?: boolean };
-}
-interface OtlpSpan {
-  name: string;
-  kind: number;
-  attributes: OtlpAttribute[];
-}
-interface OtlpBody {
-  resourceSpans: {
-    resource: { attributes: OtlpAttribute[] };
-    scopeSpans: { spans: OtlpSpan[] }[];
-  }[];
-}
+  it('records nothing when the caller did not sample its trace', async () => {
+    expect(await spanOf(headers({ traceparent: `00-${TRACE}-${CALLER}-00` }))).toEqual([]);
+  });
 
-function attribute(attributes: OtlpAttribute[], key: string): unknown {
-  const value = attributes.find((attribute) => attribute.key === key)?.value;
-  return value?.stringValue ?? value?.intValue ?? value?.boolValue;
-}
+  it('starts a new trace when there is no traceparent, or an invalid one', async () => {
+    for (const traceparent of [
+      undefined,
+      '',
+      'garbage',
+      `00-${'0'.repeat(32)}-${CALLER}-01`, // an all-zero trace id
+      `00-${TRACE}-${'0'.repeat(16)}-01`, // an all-zero span id
+      `00-${TRACE.toUpperCase()}-${CALLER}-01`, // hex is lower-case
+      `ff-${TRACE}-${CALLER}-01`, // version ff is forbidden
+      `00-${TRACE}-${CALLER}-01-extra`, // version 00 has four fields
+      `00-${TRACE.slice(1)}-${CALLER}-01`,
+    ]) {
+      const [span] = await spanOf(headers(traceparent === undefined ? {} : { traceparent }));
+      expect(span!.parentSpanContext, String(traceparent)).toBeUndefined();
+      expect(span!.spanContext().traceId).not.toBe(TRACE);
+    }
+  });
+
+  it('reads no header when tracing is off', async () => {
+    const read: string[] = [];
+    const tracing = createTracing({ env: {} });
+    const header: RequestHeader = (name) => {
+      read.push(name);
+      return `00-${TRACE}-${CALLER}-01`;
+    };
+    expect(await tracing.traceCheck(() => decide(tracing, 'api', { decision: OK }), header)).toBe(
+      OK,
+    );
+    expect(read).toEqual([]);
+  });
+});
 
 describe('tracing over OTLP/HTTP', () => {
-  const receivers: Server[] = [];
-  afterEach(() => {
-    for (const server of receivers.splice(0)) server.close();
+  const receivers: OtlpReceiver[] = [];
+  afterEach(async () => {
+    await Promise.all(receivers.splice(0).map((receiver) => receiver.close()));
   });
   async function receiver() {
-    const started = await startReceiver();
-    receivers.push(started.server);
+    const started = await startHttpReceiver();
+    receivers.push(started);
     return started;
   }
 
   it('sends the spans to OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces when shut down', async () => {
-    const { url, received } = await receiver();
+    const { endpoint, requests, spans } = await receiver();
     const tracing = createTracing({
       env: {
-        OTEL_EXPORTER_OTLP_ENDPOINT: url,
+        OTEL_EXPORTER_OTLP_ENDPOINT: endpoint,
         OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
         OTEL_EXPORTER_OTLP_HEADERS: 'x-tenant=acme,authorization=Bearer%20abc',
       },
@@ -256,39 +279,35 @@ describe('tracing over OTLP/HTTP', () => {
 
     await tracing.traceCheck(() => decide(tracing, 'checkout', { decision: OK }));
     await tracing.traceCheck(() => decide(tracing, 'checkout', { decision: OVER }));
-    expect(received).toEqual([]); // batched until a flush
+    expect(requests).toEqual([]); // batched until a flush
     await tracing.shutdown();
 
-    expect(received.map(({ method, url }) => [method, url])).toEqual([['POST', '/v1/traces']]);
-    const request = received[0]!;
-    expect(request.headers).toMatchObject({
+    expect(requests.map(({ path }) => path)).toEqual(['/v1/traces']);
+    expect(requests[0]!.headers).toMatchObject({
       'content-type': 'application/json',
       'x-tenant': 'acme',
       authorization: 'Bearer abc',
     });
-    const body = JSON.parse(request.body) as OtlpBody;
-    const resourceSpans = body.resourceSpans[0]!;
-    expect(attribute(resourceSpans.resource.attributes, 'service.name')).toBe('tollgate');
-    const spans = resourceSpans.scopeSpans.flatMap((scope) => scope.spans);
     expect(
-      spans.map((span) => [
+      spans().map((span) => [
         span.name,
-        attribute(span.attributes, 'ratelimit.domain'),
-        attribute(span.attributes, 'ratelimit.decision'),
+        span.resource['service.name'],
+        span.attributes['ratelimit.domain'],
+        span.attributes['ratelimit.decision'],
       ]),
     ).toEqual([
-      ['ShouldRateLimit', 'checkout', 'OK'],
-      ['ShouldRateLimit', 'checkout', 'OVER_LIMIT'],
+      ['ShouldRateLimit', 'tollgate', 'checkout', 'OK'],
+      ['ShouldRateLimit', 'tollgate', 'checkout', 'OVER_LIMIT'],
     ]);
   });
 
   it('uses OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is, and OTEL_SERVICE_NAME', async () => {
-    const { url, received } = await receiver();
+    const { endpoint, requests, spans } = await receiver();
     const tracing = createTracing({
       env: {
         OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9/unused',
-        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `${url}/collector/traces`,
-        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/json',
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `${endpoint}/collector/traces`,
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'HTTP/JSON',
         OTEL_SERVICE_NAME: 'edge-ratelimit',
       },
     });
@@ -296,19 +315,21 @@ describe('tracing over OTLP/HTTP', () => {
     await tracing.traceCheck(() => decide(tracing, 'checkout', { decision: OK }));
     await tracing.shutdown();
 
-    expect(received.map(({ url }) => url)).toEqual(['/collector/traces']);
-    const body = JSON.parse(received[0]!.body) as OtlpBody;
-    expect(attribute(body.resourceSpans[0]!.resource.attributes, 'service.name')).toBe(
-      'edge-ratelimit',
-    );
+    expect(requests.map(({ path, headers }) => [path, headers['content-type']])).toEqual([
+      ['/collector/traces', 'application/json'],
+    ]);
+    expect(spans()[0]!.resource['service.name']).toBe('edge-ratelimit');
   });
 
-  it('is off without an endpoint, or with OTEL_SDK_DISABLED=true', async () => {
-    const { url, received } = await receiver();
+  it('is off without an endpoint, whatever else is set, or with OTEL_SDK_DISABLED=true', async () => {
+    const { endpoint, requests } = await receiver();
     for (const env of [
       {},
       { OTEL_EXPORTER_OTLP_ENDPOINT: '' },
-      { OTEL_EXPORTER_OTLP_ENDPOINT: url, OTEL_SDK_DISABLED: 'TRUE' },
+      { OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' },
+      // Unread while there is no endpoint.
+      { OTEL_EXPORTER_OTLP_PROTOCOL: 'thrift', OTEL_EXPORTER_OTLP_HEADERS: 'nonsense' },
+      { OTEL_EXPORTER_OTLP_ENDPOINT: endpoint, OTEL_SDK_DISABLED: 'TRUE' },
     ]) {
       const tracing = createTracing({ env });
       expect(tracing.enabled).toBe(false);
@@ -319,34 +340,144 @@ describe('tracing over OTLP/HTTP', () => {
       await expect(tracing.traceCheck(() => Promise.reject(failure))).rejects.toBe(failure);
       await tracing.shutdown();
     }
-    expect(received).toEqual([]);
+    expect(requests).toEqual([]);
+  });
+});
+
+describe('tracing over OTLP/gRPC', () => {
+  const receivers: OtlpReceiver[] = [];
+  afterEach(async () => {
+    await Promise.all(receivers.splice(0).map((receiver) => receiver.close()));
+  });
+  async function receiver(tls?: { cert: Buffer; key: Buffer }) {
+    const started = await startGrpcReceiver(tls);
+    receivers.push(started);
+    return started;
+  }
+  async function exportOneSpan(env: Record<string, string>): Promise<void> {
+    const tracing = createTracing({ env });
+    await tracing.traceCheck(() => decide(tracing, 'checkout', { decision: OK }));
+    await tracing.shutdown();
+  }
+
+  it('calls TraceService/Export at the endpoint as it is, with the headers as metadata', async () => {
+    const { endpoint, requests, spans } = await receiver();
+    await exportOneSpan({
+      // A path cannot be used by a gRPC call: it is not appended to, nor sent.
+      OTEL_EXPORTER_OTLP_ENDPOINT: `${endpoint}/ignored`,
+      OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc',
+      OTEL_EXPORTER_OTLP_HEADERS: 'x-tenant=acme,authorization=Bearer%20abc',
+      OTEL_EXPORTER_OTLP_TRACES_HEADERS: 'X-Tenant=beta',
+    });
+
+    expect(requests.map(({ path }) => path)).toEqual([EXPORT_METHOD]);
+    expect(requests[0]!.headers).toMatchObject({
+      'x-tenant': 'beta',
+      authorization: 'Bearer abc',
+    });
+    expect(spans().map((span) => [span.name, span.attributes['ratelimit.decision']])).toEqual([
+      ['ShouldRateLimit', 'OK'],
+    ]);
   });
 
+  it('speaks TLS to an https endpoint, or to host:port unless OTEL_EXPORTER_OTLP_INSECURE', async () => {
+    const certs = makeCerts();
+    const tls = await receiver({
+      cert: readFileSync(certs.server.cert),
+      key: readFileSync(certs.server.key),
+    });
+    const plain = await receiver();
+    // The exporter reads its certificates from the process's environment, as the SDK does.
+    vi.stubEnv('OTEL_EXPORTER_OTLP_CERTIFICATE', certs.ca);
+    try {
+      await exportOneSpan({
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: tls.endpoint,
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'grpc',
+      });
+      await exportOneSpan({
+        OTEL_EXPORTER_OTLP_ENDPOINT: `127.0.0.1:${tls.port}`,
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc',
+      });
+      await exportOneSpan({
+        OTEL_EXPORTER_OTLP_ENDPOINT: `127.0.0.1:${plain.port}`,
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc',
+        OTEL_EXPORTER_OTLP_INSECURE: 'true',
+      });
+    } finally {
+      vi.unstubAllEnvs();
+    }
+    expect(tls.spans()).toHaveLength(2);
+    expect(plain.spans()).toHaveLength(1);
+  });
+});
+
+describe('OTLP settings', () => {
+  const refused = (env: Record<string, string>) => () => createTracing({ env });
+
   it('refuses settings it cannot honour, naming them', () => {
-    expect(() => createTracing({ env: { OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' } })).toThrow(
+    expect(refused({ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' })).toThrow(
       new SettingsError(
         "OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' is not an http:// or https:// URL",
       ),
     );
-    expect(() =>
-      createTracing({
-        env: {
-          OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4317',
-          OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc',
-        },
+    expect(
+      refused({
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'grpc://user:secret@collector',
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc',
       }),
     ).toThrow(
       new SettingsError(
-        "OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' is not supported: use http/protobuf or http/json",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'grpc://user:***@collector' is not an http:// or https:// URL, nor host:port",
       ),
     );
-    expect(() =>
-      createTracing({
-        env: {
-          OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318',
-          OTEL_EXPORTER_OTLP_HEADERS: 'api-key secret',
-        },
+    expect(
+      refused({
+        OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4317',
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'thrift',
+      }),
+    ).toThrow(
+      new SettingsError(
+        "OTEL_EXPORTER_OTLP_PROTOCOL: 'thrift' is not one of http/protobuf, http/json, grpc",
+      ),
+    );
+    expect(
+      refused({
+        OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4317',
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc',
+        OTEL_EXPORTER_OTLP_INSECURE: 'maybe',
+      }),
+    ).toThrow(new SettingsError("OTEL_EXPORTER_OTLP_INSECURE: 'maybe' is not true or false"));
+    expect(
+      refused({
+        OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318',
+        OTEL_EXPORTER_OTLP_HEADERS: 'api-key secret',
       }),
     ).toThrow(new SettingsError('OTEL_EXPORTER_OTLP_HEADERS: an entry is not key=value'));
+  });
+
+  it('refuses headers that gRPC metadata cannot carry, without quoting their values', () => {
+    for (const [headers, key] of [
+      ['api key=secret', 'api key'],
+      ['token=s%C3%A9cret', 'token'], // not ASCII
+      ['token-bin=secret', 'token-bin'], // binary metadata
+    ] as const) {
+      const create = refused({
+        OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4317',
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc',
+        OTEL_EXPORTER_OTLP_TRACES_HEADERS: headers,
+      });
+      expect(create).toThrow(SettingsError);
+      expect(create).toThrow(`OTEL_EXPORTER_OTLP_TRACES_HEADERS: '${key}' cannot be gRPC metadata`);
+      expect(create).not.toThrow(/cret/);
+    }
+    // Over HTTP, the same headers are taken.
+    const http = createTracing({
+      env: {
+        OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9',
+        OTEL_EXPORTER_OTLP_TRACES_HEADERS: 'token=s%C3%A9cret',
+      },
+    });
+    expect(http.enabled).toBe(true);
+    return http.shutdown();
   });
 });
