@@ -1,6 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
+import { notInstalled } from './prometheus.js';
 
 /**
  * The observability assets in deploy/ as data, and the metric names their PromQL uses, so that
@@ -92,6 +93,48 @@ export function metricNames(expr: string): string[] {
   return [...names].sort();
 }
 
+/** A label that an expression groups or matches by; `value` when it must equal one. */
+export interface LabelUse {
+  label: string;
+  value?: string;
+}
+
+/** The labels an expression groups by (by, without, on, ignoring, group_*) or matches on. */
+export function labelUses(expr: string): LabelUse[] {
+  const uses: LabelUse[] = [];
+  for (const [, labels] of expr.matchAll(
+    /\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)/g,
+  )) {
+    for (const label of labels!.split(',').map((l) => l.trim())) if (label) uses.push({ label });
+  }
+  for (const [, label, op, value] of expr.matchAll(/(\w+)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"/g)) {
+    uses.push(op === '=' ? { label: label!, value: value! } : { label: label! });
+  }
+  return uses;
+}
+
+/** Labels that Prometheus gives every scraped series, whatever tollgate exposes. */
+const TARGET_LABELS = new Set(['job', 'instance']);
+
+/**
+ * The label uses of an expression that no sample of its metrics in `exposition` has: a label
+ * tollgate never sets, or a value it never gives.
+ */
+export function missingLabels(expr: string, exposition: string): LabelUse[] {
+  const names = metricNames(expr).join('|');
+  const samples = exposition
+    .split('\n')
+    .filter((line) => new RegExp(`^(?:${names})\\{`).test(line));
+  return labelUses(expr).filter(
+    ({ label, value }) =>
+      !TARGET_LABELS.has(label) &&
+      !samples.some((line) => {
+        const pair = value === undefined ? `${label}="` : `${label}="${value}"`;
+        return line.includes(`{${pair}`) || line.includes(`,${pair}`);
+      }),
+  );
+}
+
 /** Series that Prometheus makes itself rather than scrapes. */
 const PROMETHEUS_SERIES = new Set(['up']);
 
@@ -116,17 +159,11 @@ export function missingNames(names: readonly string[], exposition: string): stri
   return names.filter((name) => !PROMETHEUS_SERIES.has(name) && !declared(name));
 }
 
-/**
- * Runs promtool, which Debian's `prometheus` package installs. Without it the test fails and says
- * so: CI installs it, and a check that skips itself checks nothing.
- */
+/** Runs promtool, which Debian's `prometheus` package installs; without it, fails and says so. */
 export function promtool(args: string[]): { status: number | null; output: string } {
   const run = spawnSync('promtool', args, { encoding: 'utf8', timeout: 60_000 });
   if ((run.error as NodeJS.ErrnoException | undefined)?.code === 'ENOENT') {
-    throw new Error(
-      "promtool is not installed: install Debian's prometheus package " +
-        '(apt-get install -y --no-install-recommends prometheus), which provides it',
-    );
+    throw notInstalled('promtool');
   }
   if (run.error) throw run.error;
   return { status: run.status, output: `${run.stdout}${run.stderr}` };

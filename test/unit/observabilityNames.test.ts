@@ -3,6 +3,7 @@ import {
   alertQueries,
   dashboardQueries,
   metricNames,
+  missingLabels,
   missingNames,
   withVariablesFilled,
 } from '../support/observability.js';
@@ -72,5 +73,23 @@ describe('withVariablesFilled', () => {
     expect(
       withVariablesFilled('rate(x{job=~"$job", instance=~"${instance}"}[$__rate_interval])'),
     ).toBe('rate(x{job=~".*", instance=~".*"}[5m])');
+  });
+});
+
+describe('missingLabels', () => {
+  it('reports labels and exact values that no sample of the metric has', () => {
+    const expr =
+      'sum by (job, kind, reason) (rate(tollgate_store_errors_total{instance=~"$instance", kind="timeout"}[5m]))' +
+      ' / sum(rate(tollgate_store_errors_total{kind="oom"}[5m]))';
+    expect(missingLabels(expr, EXPOSITION)).toEqual([
+      { label: 'reason' },
+      { label: 'kind', value: 'oom' },
+    ]);
+  });
+
+  it("finds a histogram's le and labels on its buckets", () => {
+    const expr =
+      'histogram_quantile(0.5, sum by (le, grpc_method) (rate(ratelimit_service_response_time_seconds_bucket[5m])))';
+    expect(missingLabels(expr, EXPOSITION)).toEqual([]);
   });
 });
