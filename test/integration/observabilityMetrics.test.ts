@@ -3,8 +3,9 @@ import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   ALERTS_PATH,
-  alertQueries,
+  alertNames,
   dashboardQueries,
+  everyQuery,
   metricNames,
   missingLabels,
   missingNames,
@@ -78,12 +79,12 @@ const counted = (name: string, label: string) =>
 
 describe('the metrics that the dashboard and the alerts query', () => {
   it('are all in /metrics', () => {
-    const used = [...dashboardQueries(), ...alertQueries()].flatMap((q) => metricNames(q.expr));
+    const used = everyQuery().flatMap((q) => metricNames(q.expr));
     expect(missingNames([...new Set(used)], exposition)).toEqual([]);
   });
 
   it('are grouped and matched by labels and values that tollgate gives them', () => {
-    for (const { where, expr } of [...dashboardQueries(), ...alertQueries()]) {
+    for (const { where, expr } of everyQuery()) {
       if (metricNames(expr).every((name) => name in EMPTY_HERE)) continue;
       expect(missingLabels(expr, exposition), `${where}: ${expr}`).toEqual([]);
     }
@@ -130,11 +131,7 @@ describe('a real Prometheus scraping tollgate', () => {
       30_000,
     );
     const rules = await prometheus.rules();
-    expect(rules.map((rule) => rule.name).sort()).toEqual(
-      alertQueries()
-        .map(({ where }) => where.replace(/^alert /, ''))
-        .sort(),
-    );
+    expect(rules.map((rule) => rule.name).sort()).toEqual(alertNames().sort());
     for (const rule of rules) expect(rule.health, `${rule.name}: ${rule.lastError}`).toBe('ok');
   });
 });

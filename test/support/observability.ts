@@ -67,6 +67,12 @@ export function alertQueries(): Query[] {
   );
 }
 
+export const alertNames = (): string[] =>
+  alertQueries().map(({ where }) => where.replace(/^alert /, ''));
+
+/** The dashboard's queries and the alerts'. */
+export const everyQuery = (): Query[] => [...dashboardQueries(), ...alertQueries()];
+
 /** Grafana's variables as Prometheus would see them: ranges of 5m, and `.*` for every choice. */
 export function withVariablesFilled(expr: string): string {
   return expr.replace(/\$__(rate_interval|interval|range)\b/g, '5m').replace(/\$\{?\w+\}?/g, '.*');

@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
-  alertQueries,
-  dashboardQueries,
+  everyQuery,
   metricNames,
   missingLabels,
   missingNames,
@@ -43,7 +42,7 @@ describe('metricNames', () => {
   });
 
   it('finds a metric name in every query of the dashboard and the alerts', () => {
-    for (const { where, expr } of [...dashboardQueries(), ...alertQueries()]) {
+    for (const { where, expr } of everyQuery()) {
       expect(metricNames(expr), where).not.toEqual([]);
     }
   });
