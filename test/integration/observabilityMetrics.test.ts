@@ -24,10 +24,10 @@ const LIMIT = 10;
 const RULES = `domain: api
 descriptors:
   - key: tenant
-    rate_limit: { unit: hour, requests_per_unit: ${LIMIT}, algorithm: fixed_window }
+    rate_limit: { unit: day, requests_per_unit: ${LIMIT}, algorithm: fixed_window }
   - key: trial
     shadow_mode: true
-    rate_limit: { unit: hour, requests_per_unit: 1 }
+    rate_limit: { unit: day, requests_per_unit: 1 }
 `;
 
 /** Series that this traffic cannot give a value, and why. */
