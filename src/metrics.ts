@@ -65,6 +65,7 @@ import {
   type MetricValue,
 } from 'prom-client';
 import { splitHits, type CheckEvent, type RuleOutcome } from './outcome.js';
+import { STORE_ERROR_KINDS } from './store/redisErrors.js';
 
 export type RpcOutcome = 'ok' | 'over_limit' | 'invalid' | 'unavailable' | 'internal';
 
@@ -298,6 +299,9 @@ export function createMetrics(options: MetricsOptions): Metrics {
   const responseTimeChild = responseTime.labels(shouldRateLimit);
   const checkDurationChild = new Map(RPC_OUTCOMES.map((o) => [o, checkDuration.labels(o)]));
   const storeErrorChildren = new Map<string, { inc(): void }[]>();
+  // tollgate's own series of every known kind start at 0, so rate() and alerts see the first error
+  // of each kind; the reference's should_rate_limit_error appears at its first, as the reference's.
+  for (const kind of STORE_ERROR_KINDS) storeErrors.labels(kind).inc(0);
   const loadSuccess = configLoads.labels('success');
   const loadError = configLoads.labels('error');
   // Known results start at 0, so increase() and alerts see the first error.

@@ -46,6 +46,9 @@ const WHAT: Readonly<Record<StoreErrorKind, string>> = {
   script: 'error',
 };
 
+/** Every kind, so that metrics can start each at 0. */
+export const STORE_ERROR_KINDS = Object.keys(WHAT) as readonly StoreErrorKind[];
+
 /** ioredis's texts for a connection that is not there, in words an operator can act on. */
 const CLIENT_TEXTS: readonly [RegExp, string][] = [
   [
