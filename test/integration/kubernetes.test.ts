@@ -273,10 +273,21 @@ describe('the Helm chart', () => {
     expect(spec.terminationGracePeriodSeconds).toBe(preStopSeconds + 25 + 5);
   });
 
-  it('refuses a setting in env that the chart sets from its values', async () => {
-    const rendered = await run(helm, ['template', 'tollgate', CHART, '--set', 'env.REDIS_URL=x']);
+  it.each([
+    {
+      fault: 'a misspelt value, which Helm alone would ignore',
+      values: ['--set', 'redis.ur=redis://elsewhere:6379'],
+      message: "at '/redis': additional properties 'ur' not allowed",
+    },
+    {
+      fault: 'a setting in env that the chart sets from its values',
+      values: ['--set', 'env.REDIS_URL=redis://elsewhere:6379'],
+      message: 'env.REDIS_URL: the chart sets REDIS_URL from its values',
+    },
+  ])('refuses $fault', async ({ values, message }) => {
+    const rendered = await run(helm, ['template', 'tollgate', CHART, ...values]);
     expect(rendered.code).toBe(1);
-    expect(rendered.stderr).toContain('env.REDIS_URL: the chart sets REDIS_URL from its values');
+    expect(rendered.stderr).toContain(message);
   });
 });
 
