@@ -6,7 +6,7 @@
 import { pathToFileURL } from 'node:url';
 import { installOnce, printOrRun } from './goBuild.mjs';
 
-export const HELM_VERSION = 'v3.22.0';
+const HELM_VERSION = 'v3.22.0';
 // The Kubernetes version of the client-go that this Helm's go.mod pins (v0.37): Helm's own
 // release build stamps it, as the default of `helm template`'s capabilities and of the lint's
 // deprecation checks. Unstamped, both would assume Kubernetes 1.20.
