@@ -54,7 +54,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/*
 The readiness probe: gRPC health (grpc.health.v1, the overall service "") on the gRPC port, or
 GET /healthcheck on the HTTP port while the gRPC port speaks TLS, which the kubelet's gRPC
-probe cannot. Both turn NOT_SERVING when checks cannot be decided (README: Health).
+probe cannot. Both turn NOT_SERVING when checks cannot be decided (docs/decisions.md: Health).
 */}}
 {{- define "tollgate.readinessProbe" -}}
 {{- if .Values.grpcTls.enabled -}}
