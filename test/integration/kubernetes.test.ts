@@ -260,7 +260,7 @@ describe('the Helm chart', () => {
     mkdirSync(mounted);
     publishConfigMap(mounted, configMap.data as Record<string, string>);
     const rules = loadRules(mounted, { defaultAlgorithm: 'sliding_window' });
-    expect([...rules.domains.keys()]).toEqual(['api']);
+    expect([...rules.domains.keys()]).toEqual(['example']);
   });
 
   it("gives the pod time for the preStop sleep and tollgate's whole drain", async () => {
