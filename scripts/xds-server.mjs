@@ -2,9 +2,8 @@
 // program in test/xds/server, and prints the path of its binary. It is built once per version of
 // its sources into .cache/xds-server/<hash>/; test/support/xdsServer.ts starts it. Any other
 // arguments run the binary with them (e.g. `-port 18000`), its exit code passing through.
-import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { buildOnce, root } from './goBuild.mjs';
+import { buildOnce, printOrRun, root } from './goBuild.mjs';
 
 function fail(message) {
   console.error(`xds-server: ${message}`);
@@ -20,12 +19,4 @@ const buildServer = () =>
     fail,
   });
 
-const args = process.argv.slice(2);
-const binary = buildServer();
-if (args[0] === '--print-binary') {
-  console.log(binary);
-} else {
-  const run = spawnSync(binary, args, { stdio: 'inherit' });
-  if (run.error) fail(run.error.message);
-  process.exit(run.status ?? 1);
-}
+printOrRun(buildServer(), process.argv.slice(2), fail);

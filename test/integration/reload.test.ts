@@ -1,13 +1,4 @@
-import {
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  renameSync,
-  rmSync,
-  symlinkSync,
-  utimesSync,
-  writeFileSync,
-} from 'node:fs';
+import { mkdirSync, mkdtempSync, renameSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -20,6 +11,7 @@ import {
   type RulesWatcher,
   type WatchRulesOptions,
 } from '../../src/rules/watchRules.js';
+import { publishConfigMap } from '../support/configMap.js';
 
 // Real files in a temp dir and real timers. Tests of the watcher poll only once a minute, so a
 // reload within the wait can only come from fs.watch.
@@ -75,29 +67,6 @@ function rulesDir(files: Record<string, string>): string {
   mkdirSync(dir);
   for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, name), text);
   return dir;
-}
-
-/**
- * Publishes `files` as the kubelet updates a ConfigMap volume: the files go into a new
- * timestamped directory, a temporary `..data` symlink to it is renamed over `..data`, each file
- * is a symlink through `..data`, and the previous timestamped directory is removed.
- */
-let published = 0;
-function publishConfigMap(dir: string, files: Record<string, string>): void {
-  const previous = readdirSync(dir).filter((name) => name.startsWith('..2024'));
-  const stamp = `..2024_01_01_00_00_${String(published++).padStart(2, '0')}.${process.pid}`;
-  mkdirSync(join(dir, stamp));
-  for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, stamp, name), text);
-  symlinkSync(stamp, join(dir, '..data_tmp'));
-  renameSync(join(dir, '..data_tmp'), join(dir, '..data'));
-  for (const name of Object.keys(files)) {
-    try {
-      symlinkSync(join('..data', name), join(dir, name));
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-    }
-  }
-  for (const name of previous) rmSync(join(dir, name), { recursive: true });
 }
 
 describe('watchRules', () => {
