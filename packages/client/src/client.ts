@@ -3,13 +3,16 @@
  * a decision, never a gRPC error for an over-limit request; when tollgate cannot be reached in
  * time it answers as `whenUnavailable` says, like Envoy's `failure_mode_deny`.
  */
-import { Metadata, status, type ChannelCredentials, type ServiceError } from '@grpc/grpc-js';
-import type { Code, DescriptorStatus, Header, ReportedUnit } from './check.js';
 import {
-  createRateLimitClient,
-  type RateLimitRequestObject,
-  type RateLimitResponseObject,
-} from './grpc/protos.js';
+  credentials as grpcCredentials,
+  Metadata,
+  status,
+  type ChannelCredentials,
+  type ServiceError,
+} from '@grpc/grpc-js';
+import { TollgateError, TollgateRequestError, TollgateUnavailableError } from './errors.js';
+import { createRlsClient, type RateLimitRequest, type RateLimitResponse } from './rls.js';
+import type { Code, DescriptorStatus, Header, ReportedUnit } from './types.js';
 
 export interface TollgateClientOptions {
   /** `host:port`, or any grpc-js target such as `unix:/run/tollgate.sock`. */
@@ -72,35 +75,16 @@ export interface TollgateClient {
   close(): void;
 }
 
-/** A call that failed; `grpcCode` names its gRPC status, e.g. `INTERNAL`. */
-export class TollgateError extends Error {
-  override readonly name: string = 'TollgateError';
-  constructor(
-    message: string,
-    readonly grpcCode: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-  }
-}
-
-/** tollgate refused the request as malformed (INVALID_ARGUMENT); the message is tollgate's. */
-export class TollgateRequestError extends TollgateError {
-  override readonly name = 'TollgateRequestError';
-}
-
-/** tollgate could not be reached or did not answer within the deadline. */
-export class TollgateUnavailableError extends TollgateError {
-  override readonly name = 'TollgateUnavailableError';
-}
-
 const UINT32_MAX = 4_294_967_295;
 
 export function createTollgateClient(options: TollgateClientOptions): TollgateClient {
   const { deadlineMs = 50, whenUnavailable } = options;
-  const client = createRateLimitClient(options.address, options.credentials);
+  const client = createRlsClient(
+    options.address,
+    options.credentials ?? grpcCredentials.createInsecure(),
+  );
 
-  function call(request: RateLimitRequestObject): Promise<RateLimitResponseObject> {
+  function call(request: RateLimitRequest): Promise<RateLimitResponse> {
     return new Promise((resolve, reject) => {
       client.ShouldRateLimit(
         request,
@@ -135,7 +119,7 @@ export function createTollgateClient(options: TollgateClientOptions): TollgateCl
   };
 }
 
-function toWire(request: CheckRequest, hits: number): RateLimitRequestObject {
+function toWire(request: CheckRequest, hits: number): RateLimitRequest {
   return {
     domain: request.domain,
     descriptors: request.descriptors.map((descriptor) => ({
@@ -160,7 +144,7 @@ function toTollgateError(error: ServiceError): TollgateError {
   return new TollgateError(`tollgate failed: ${error.message}`, name, options);
 }
 
-function toResult(response: RateLimitResponseObject): ServiceResult {
+function toResult(response: RateLimitResponse): ServiceResult {
   const overall = response.overall_code;
   // Envoy treats an UNKNOWN overall code as a failed call, and so does this client.
   if (overall !== 'OK' && overall !== 'OVER_LIMIT') {
@@ -188,7 +172,7 @@ function toResult(response: RateLimitResponseObject): ServiceResult {
   return result;
 }
 
-type WireStatus = NonNullable<RateLimitResponseObject['statuses']>[number];
+type WireStatus = NonNullable<RateLimitResponse['statuses']>[number];
 
 function toStatus(wire: WireStatus): DescriptorStatus {
   const status: DescriptorStatus = {
