@@ -135,6 +135,7 @@ describe('@tollgate/client, installed from its tarball', () => {
       'TollgateError',
       'TollgateRequestError',
       'TollgateUnavailableError',
+      'createRateLimitClient',
       'createTollgateClient',
     ]);
   });

@@ -2,6 +2,7 @@
 // of the client and of its error classes (`instanceof TollgateError` holds across both). The
 // names are listed so that the namespace holds them alone, without CommonJS's `__esModule`.
 export {
+  createRateLimitClient,
   createTollgateClient,
   TollgateError,
   TollgateRequestError,

@@ -3,15 +3,13 @@
  * a decision, never a gRPC error for an over-limit request; when tollgate cannot be reached in
  * time it answers as `whenUnavailable` says, like Envoy's `failure_mode_deny`.
  */
-import {
-  credentials as grpcCredentials,
-  Metadata,
-  status,
-  type ChannelCredentials,
-  type ServiceError,
-} from '@grpc/grpc-js';
+import { Metadata, status, type ChannelCredentials, type ServiceError } from '@grpc/grpc-js';
 import { TollgateError, TollgateRequestError, TollgateUnavailableError } from './errors.js';
-import { createRlsClient, type RateLimitRequest, type RateLimitResponse } from './rls.js';
+import {
+  createRateLimitClient,
+  type RateLimitRequestObject,
+  type RateLimitResponseObject,
+} from './rls.js';
 import type { Code, DescriptorStatus, Header, ReportedUnit } from './types.js';
 
 export interface TollgateClientOptions {
@@ -79,12 +77,9 @@ const UINT32_MAX = 4_294_967_295;
 
 export function createTollgateClient(options: TollgateClientOptions): TollgateClient {
   const { deadlineMs = 50, whenUnavailable } = options;
-  const client = createRlsClient(
-    options.address,
-    options.credentials ?? grpcCredentials.createInsecure(),
-  );
+  const client = createRateLimitClient(options.address, options.credentials);
 
-  function call(request: RateLimitRequest): Promise<RateLimitResponse> {
+  function call(request: RateLimitRequestObject): Promise<RateLimitResponseObject> {
     return new Promise((resolve, reject) => {
       client.ShouldRateLimit(
         request,
@@ -119,7 +114,7 @@ export function createTollgateClient(options: TollgateClientOptions): TollgateCl
   };
 }
 
-function toWire(request: CheckRequest, hits: number): RateLimitRequest {
+function toWire(request: CheckRequest, hits: number): RateLimitRequestObject {
   return {
     domain: request.domain,
     descriptors: request.descriptors.map((descriptor) => ({
@@ -144,7 +139,7 @@ function toTollgateError(error: ServiceError): TollgateError {
   return new TollgateError(`tollgate failed: ${error.message}`, name, options);
 }
 
-function toResult(response: RateLimitResponse): ServiceResult {
+function toResult(response: RateLimitResponseObject): ServiceResult {
   const overall = response.overall_code;
   // Envoy treats an UNKNOWN overall code as a failed call, and so does this client.
   if (overall !== 'OK' && overall !== 'OVER_LIMIT') {
@@ -172,7 +167,7 @@ function toResult(response: RateLimitResponse): ServiceResult {
   return result;
 }
 
-type WireStatus = NonNullable<RateLimitResponse['statuses']>[number];
+type WireStatus = NonNullable<RateLimitResponseObject['statuses']>[number];
 
 function toStatus(wire: WireStatus): DescriptorStatus {
   const status: DescriptorStatus = {

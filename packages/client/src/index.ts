@@ -14,3 +14,9 @@ export {
 } from './client.js';
 export { TollgateError, TollgateRequestError, TollgateUnavailableError } from './errors.js';
 export type { Code, CurrentLimit, DescriptorStatus, Header, ReportedUnit } from './types.js';
+export {
+  createRateLimitClient,
+  type RateLimitClient,
+  type RateLimitRequestObject,
+  type RateLimitResponseObject,
+} from './rls.js';

@@ -1,6 +1,7 @@
 /**
  * ShouldRateLimit over grpc-js, with the request and response as proto-loader objects spell
- * them: wire field names, enums and 64-bit integers as strings.
+ * them: wire field names, enums and 64-bit integers as strings. tollgate's own tests and tools
+ * use this client too, so that there is one.
  */
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
@@ -12,13 +13,18 @@ const protoDir = join(__dirname, '..', 'proto');
 const rlsProtoFile = 'envoy/service/ratelimit/v3/rls.proto';
 const rlsServiceName = 'envoy.service.ratelimit.v3.RateLimitService';
 
-export interface RateLimitRequest {
-  domain: string;
-  descriptors: { entries: { key: string; value: string }[] }[];
+/** The request as proto-loader objects spell it: wire names, enums as strings, longs as strings. */
+export interface RateLimitRequestObject {
+  domain?: string;
+  descriptors?: {
+    entries?: { key?: string; value?: string }[];
+    limit?: { requests_per_unit?: number; unit?: string | number };
+    hits_addend?: { value?: string | number };
+  }[];
   hits_addend?: number;
 }
 
-export interface RateLimitResponse {
+export interface RateLimitResponseObject {
   overall_code?: 'UNKNOWN' | 'OK' | 'OVER_LIMIT';
   statuses?: {
     code?: 'UNKNOWN' | 'OK' | 'OVER_LIMIT';
@@ -27,14 +33,20 @@ export interface RateLimitResponse {
     duration_until_reset?: { seconds?: string; nanos?: number };
   }[];
   response_headers_to_add?: { key?: string; value?: string }[];
+  /** google.protobuf.Struct, as proto-loader gives it. */
+  dynamic_metadata?: { fields?: Record<string, unknown> };
 }
 
-export interface RlsClient extends grpc.Client {
+export interface RateLimitClient extends grpc.Client {
   ShouldRateLimit(
-    request: RateLimitRequest,
+    request: RateLimitRequestObject,
+    callback: grpc.requestCallback<RateLimitResponseObject>,
+  ): grpc.ClientUnaryCall;
+  ShouldRateLimit(
+    request: RateLimitRequestObject,
     metadata: grpc.Metadata,
     options: grpc.CallOptions,
-    callback: grpc.requestCallback<RateLimitResponse>,
+    callback: grpc.requestCallback<RateLimitResponseObject>,
   ): grpc.ClientUnaryCall;
 }
 
@@ -58,12 +70,19 @@ function rlsClientConstructor(): grpc.ServiceClientConstructor {
 }
 
 /**
- * grpc-js backs reconnects off up to two minutes; a limiter's callers want tollgate back sooner,
- * so reconnects here wait at most a second.
+ * A grpc-js client of ShouldRateLimit that answers with Envoy's whole response, for tools that
+ * drive the wire. Insecure unless told otherwise. grpc-js backs reconnects off up to two
+ * minutes; a limiter's callers want tollgate back sooner, so reconnects here wait at most a
+ * second.
  */
-export function createRlsClient(address: string, credentials: grpc.ChannelCredentials): RlsClient {
+export function createRateLimitClient(
+  address: string,
+  credentials: grpc.ChannelCredentials = grpc.credentials.createInsecure(),
+  channelOptions: grpc.ChannelOptions = {},
+): RateLimitClient {
   const Client = rlsClientConstructor();
   return new Client(address, credentials, {
     'grpc.max_reconnect_backoff_ms': 1_000,
-  }) as unknown as RlsClient;
+    ...channelOptions,
+  }) as unknown as RateLimitClient;
 }
