@@ -3,17 +3,26 @@
 FROM node:20-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
+COPY packages/client/package.json ./packages/client/
 RUN npm ci --ignore-scripts
 COPY tsconfig.json tsconfig.build.json ./
+COPY scripts/build.mjs ./scripts/
+COPY packages/client ./packages/client
+COPY proto ./proto
 COPY src ./src
-RUN node node_modules/typescript/bin/tsc -p tsconfig.build.json
+RUN node scripts/build.mjs
 
 FROM node:20-bookworm-slim
 ENV NODE_ENV=production
 WORKDIR /app
 COPY package.json package-lock.json ./
+COPY packages/client/package.json ./packages/client/
 RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
 COPY --from=build /app/dist ./dist
+# The service imports @tollgate/client through its workspace link in node_modules.
+COPY --from=build /app/packages/client/dist ./packages/client/dist
+COPY --from=build /app/packages/client/esm ./packages/client/esm
+COPY --from=build /app/packages/client/proto ./packages/client/proto
 COPY lua ./lua
 COPY proto ./proto
 COPY config ./config

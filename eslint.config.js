@@ -2,7 +2,17 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/', 'node_modules/', 'bench/results/', '.cache/', 'coverage/'] },
+  {
+    ignores: [
+      'dist/',
+      'packages/client/dist/',
+      'packages/client/proto/',
+      'node_modules/',
+      'bench/results/',
+      '.cache/',
+      'coverage/',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.strict,
   {

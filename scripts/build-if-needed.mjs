@@ -1,4 +1,5 @@
-// `npm start` runs this first: compile src/ to dist/ unless dist/ is newer than every source file.
+// `npm start` runs this first: build (scripts/build.mjs) unless dist/ is newer than every source
+// file, the client package's and the protos it copies included.
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
@@ -13,9 +14,11 @@ function newestMtime(dir) {
   return newest;
 }
 
-const built = existsSync('dist/main.js') && statSync('dist/main.js').mtimeMs;
-if (!built || newestMtime('src') > built) {
-  execFileSync(process.execPath, ['node_modules/typescript/bin/tsc', '-p', 'tsconfig.build.json'], {
-    stdio: 'inherit',
-  });
+const outputs = ['dist/main.js', 'packages/client/dist/index.js'];
+const built =
+  outputs.every((file) => existsSync(file)) &&
+  Math.min(...outputs.map((file) => statSync(file).mtimeMs));
+const sources = ['src', 'packages/client/src', 'proto'];
+if (!built || Math.max(...sources.map(newestMtime)) > built) {
+  execFileSync(process.execPath, ['scripts/build.mjs'], { stdio: 'inherit' });
 }

@@ -4,7 +4,12 @@
  * wire response.
  */
 
+import type { Code, DescriptorStatus, Header } from '@tollgate/client';
 import type { JsonValue } from './rules/types.js';
+
+// The decision's parts are the client's public types, so that what the service answers and what
+// the client reports are one definition.
+export type { Code, CurrentLimit, DescriptorStatus, Header, ReportedUnit } from '@tollgate/client';
 
 export interface Entry {
   key: string;
@@ -31,32 +36,6 @@ export interface Check {
   descriptors: Descriptor[];
   /** The request's cost; 0 means 1. */
   hitsAddend: number;
-}
-
-export type Code = 'OK' | 'OVER_LIMIT';
-
-/** Units reported back in `current_limit`; `unknown` marks a window that is not one whole unit. */
-export type ReportedUnit =
-  'unknown' | 'second' | 'minute' | 'hour' | 'day' | 'week' | 'month' | 'year';
-
-export interface CurrentLimit {
-  requestsPerUnit: number;
-  unit: ReportedUnit;
-  name: string;
-}
-
-export interface DescriptorStatus {
-  code: Code;
-  currentLimit?: CurrentLimit;
-  /** Whole units left after this decision. */
-  limitRemaining: number;
-  /** Milliseconds until the counter resets (see README); absent when there is no limit or it can never fit. */
-  durationUntilResetMs?: number;
-}
-
-export interface Header {
-  key: string;
-  value: string;
 }
 
 export interface Decision {

@@ -3,7 +3,7 @@
  * The `tollgate` command: the service (`serve`) and the operator tools beside it.
  * Exit codes: 0 success, 1 failure (or OVER_LIMIT from `query`), 2 a usage error.
  */
-import { TollgateError } from '../client.js';
+import { TollgateError } from '@tollgate/client';
 import { RulesError, SettingsError, StoreError } from '../errors.js';
 import { CommandError, UsageError, type Command } from './args.js';
 import { checkConfig } from './checkConfig.js';

@@ -1,5 +1,5 @@
 import type { DescriptorStatus } from '../check.js';
-import { createTollgateClient, type CheckResult } from '../client.js';
+import { createTollgateClient, type CheckResult } from '@tollgate/client';
 import {
   DESCRIPTOR_HELP,
   parse,

@@ -1,10 +1,9 @@
 /**
  * Envoy's RLS v3 protos, loaded from the repository's `proto/` directory. `packageDefinition`
- * serves reflection and generic clients; `loadProtoRoot` gives the protobufjs roots that the
+ * serves the server and reflection; `loadProtoRoot` gives the protobufjs roots that the
  * codec uses on the hot path.
  */
 import { fileURLToPath } from 'node:url';
-import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import protobuf from 'protobufjs';
 
@@ -64,60 +63,11 @@ function redeclareAsBytes(type: protobuf.Type, names: string[]): void {
   }
 }
 
-/** The request as proto-loader objects spell it: wire names, enums as strings, longs as strings. */
-export interface RateLimitRequestObject {
-  domain?: string;
-  descriptors?: {
-    entries?: { key?: string; value?: string }[];
-    limit?: { requests_per_unit?: number; unit?: string | number };
-    hits_addend?: { value?: string | number };
-  }[];
-  hits_addend?: number;
-}
-
-export interface RateLimitResponseObject {
-  overall_code?: 'UNKNOWN' | 'OK' | 'OVER_LIMIT';
-  statuses?: {
-    code?: 'UNKNOWN' | 'OK' | 'OVER_LIMIT';
-    current_limit?: { requests_per_unit?: number; unit?: string; name?: string };
-    limit_remaining?: number;
-    duration_until_reset?: { seconds?: string; nanos?: number };
-  }[];
-  response_headers_to_add?: { key?: string; value?: string }[];
-  /** google.protobuf.Struct, as proto-loader gives it. */
-  dynamic_metadata?: { fields?: Record<string, unknown> };
-}
-
-export interface RateLimitClient extends grpc.Client {
-  ShouldRateLimit(
-    request: RateLimitRequestObject,
-    callback: grpc.requestCallback<RateLimitResponseObject>,
-  ): grpc.ClientUnaryCall;
-  ShouldRateLimit(
-    request: RateLimitRequestObject,
-    metadata: grpc.Metadata,
-    options: grpc.CallOptions,
-    callback: grpc.requestCallback<RateLimitResponseObject>,
-  ): grpc.ClientUnaryCall;
-}
-
-const RateLimitClientConstructor = grpc.makeGenericClientConstructor(
-  rlsService as grpc.ServiceDefinition,
-  'RateLimitService',
-);
-
-/**
- * A grpc-js client of the RLS service, for tools and services. Insecure unless told otherwise.
- * grpc-js backs reconnects off up to two minutes; a limiter's callers want it back sooner, so
- * reconnects here wait at most a second.
- */
-export function createRateLimitClient(
-  address: string,
-  credentials: grpc.ChannelCredentials = grpc.credentials.createInsecure(),
-  channelOptions: grpc.ChannelOptions = {},
-): RateLimitClient {
-  return new RateLimitClientConstructor(address, credentials, {
-    'grpc.max_reconnect_backoff_ms': 1_000,
-    ...channelOptions,
-  }) as unknown as RateLimitClient;
-}
+// The raw RLS client is @tollgate/client's, re-exported for the tests, the bench and the soak
+// that drive the wire.
+export {
+  createRateLimitClient,
+  type RateLimitClient,
+  type RateLimitRequestObject,
+  type RateLimitResponseObject,
+} from '@tollgate/client';

@@ -9,7 +9,7 @@ import {
   TollgateUnavailableError,
   type TollgateClient,
   type TollgateClientOptions,
-} from '../../src/index.js';
+} from '@tollgate/client';
 import { freePort } from '../support/ports.js';
 import { startTollgate, type Tollgate } from '../support/tollgate.js';
 

@@ -4,12 +4,13 @@
  * time it answers as `whenUnavailable` says, like Envoy's `failure_mode_deny`.
  */
 import { Metadata, status, type ChannelCredentials, type ServiceError } from '@grpc/grpc-js';
-import type { Code, DescriptorStatus, Header, ReportedUnit } from './check.js';
+import { TollgateError, TollgateRequestError, TollgateUnavailableError } from './errors.js';
 import {
   createRateLimitClient,
   type RateLimitRequestObject,
   type RateLimitResponseObject,
-} from './grpc/protos.js';
+} from './rls.js';
+import type { Code, DescriptorStatus, Header, ReportedUnit } from './types.js';
 
 export interface TollgateClientOptions {
   /** `host:port`, or any grpc-js target such as `unix:/run/tollgate.sock`. */
@@ -70,28 +71,6 @@ export interface TollgateClient {
   /** Resolves with a decision; rejects with `TollgateRequestError` or another `TollgateError`. */
   check(request: CheckRequest): Promise<CheckResult>;
   close(): void;
-}
-
-/** A call that failed; `grpcCode` names its gRPC status, e.g. `INTERNAL`. */
-export class TollgateError extends Error {
-  override readonly name: string = 'TollgateError';
-  constructor(
-    message: string,
-    readonly grpcCode: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-  }
-}
-
-/** tollgate refused the request as malformed (INVALID_ARGUMENT); the message is tollgate's. */
-export class TollgateRequestError extends TollgateError {
-  override readonly name = 'TollgateRequestError';
-}
-
-/** tollgate could not be reached or did not answer within the deadline. */
-export class TollgateUnavailableError extends TollgateError {
-  override readonly name = 'TollgateUnavailableError';
 }
 
 const UINT32_MAX = 4_294_967_295;
