@@ -83,9 +83,10 @@ describe('@tollgate/client, installed from its tarball', () => {
     if (project) rmSync(project, { recursive: true, force: true });
   });
 
-  it('holds only what runs: the CommonJS build, the ES entry, the protos', () => {
+  it('holds only what runs: the CommonJS build, the ES entry, the protos, and the license', () => {
     expect(packed.paths).toEqual(
       expect.arrayContaining([
+        'LICENSE',
         'README.md',
         'dist/index.js',
         'dist/index.d.ts',
@@ -96,7 +97,9 @@ describe('@tollgate/client, installed from its tarball', () => {
       ]),
     );
     const stray = packed.paths.filter(
-      (path) => !/^(dist|esm|proto)\//.test(path) && !['README.md', 'package.json'].includes(path),
+      (path) =>
+        !/^(dist|esm|proto)\//.test(path) &&
+        !['LICENSE', 'README.md', 'package.json'].includes(path),
     );
     expect(stray).toEqual([]);
   });
@@ -188,6 +191,8 @@ describe("tollgate's tarball", () => {
         'dist/cli/main.js',
         'proto/envoy/service/ratelimit/v3/rls.proto',
         'config/example.yaml',
+        'LICENSE',
+        'CHANGELOG.md',
       ]),
     );
     expect(paths.some((path) => path.startsWith('lua/') && path.endsWith('.lua'))).toBe(true);

@@ -1,5 +1,5 @@
 // Builds the package: the protos the client loads, copied from the repository's proto/ (their one
-// source), then the CommonJS build in dist/, which the ES entry in esm/ re-exports.
+// source), and the repository's LICENSE, then the CommonJS build in dist/, which the ES entry in esm/ re-exports.
 import { execFileSync } from 'node:child_process';
 import { cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -24,6 +24,9 @@ for (const file of protoClosure('envoy/service/ratelimit/v3/rls.proto')) {
   mkdirSync(dirname(join(protoDir, file)), { recursive: true });
   cpSync(join(sourceDir, file), join(protoDir, file));
 }
+
+// The repository's license, which the package's tarball must carry too.
+cpSync(join(packageDir, '..', '..', 'LICENSE'), join(packageDir, 'LICENSE'));
 
 const distDir = join(packageDir, 'dist');
 rmSync(distDir, { recursive: true, force: true });
