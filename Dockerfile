@@ -5,7 +5,7 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 COPY packages/client/package.json ./packages/client/
 RUN npm ci --ignore-scripts
-COPY tsconfig.json tsconfig.build.json ./
+COPY tsconfig.json tsconfig.build.json LICENSE ./
 COPY scripts/build.mjs ./scripts/
 COPY packages/client ./packages/client
 COPY proto ./proto
