@@ -48,6 +48,9 @@
  * - `tollgate_bounds_reached_total{bound}`: what the server's bounds refused or ended, by bound:
  *   grpc_connections, grpc_calls, grpc_receiving_bytes, grpc_call_timeout, grpc_connection_age,
  *   http_connections.
+ * - `tollgate_workers`: service processes serving: 1 in each, so the cluster's sum counts them.
+ * - `tollgate_worker_restarts_total`: under WORKERS > 1, workers that exited and were replaced
+ *   (counted by the cluster primary).
  * - `tollgate_process_*`, `tollgate_nodejs_*`: prom-client's process and Node.js metrics.
  *
  * Under WORKERS > 1 each worker counts in its own registry, and /metrics answers the sum of every
@@ -292,6 +295,12 @@ export function createMetrics(options: MetricsOptions): Metrics {
     registers,
   });
   for (const bound of BOUNDS) boundsReached.labels(bound).inc(0);
+  // Summed over a cluster's live workers (a retired worker's gauges go with it): how many serve.
+  new Gauge({
+    name: 'tollgate_workers',
+    help: 'Service processes serving: 1 per process; under WORKERS, the workers alive.',
+    registers,
+  }).set(1);
 
   // Children bound once: labels() hashes its arguments on every call.
   const shouldRateLimit = { grpc_method: 'ShouldRateLimit' };
@@ -424,6 +433,8 @@ export function createMetrics(options: MetricsOptions): Metrics {
 }
 
 export interface MetricsAggregator {
+  /** The primary replaced a worker that exited. */
+  countRestart(): void;
   /**
    * A worker has exited: the counters and histograms of its last snapshot stay in every later
    * sum, so that a replaced worker never makes a counter go backwards (which Prometheus would
@@ -443,9 +454,17 @@ export interface MetricsAggregator {
 export function createMetricsAggregator(): MetricsAggregator {
   // One folded snapshot, however many workers have come and gone; a chain keeps folds in order.
   let retired: Promise<MetricsSnapshot> = Promise.resolve([]);
+  // The primary's own series, added to the workers' sum.
+  const own = new Registry();
+  const restarts = new Counter({
+    name: 'tollgate_worker_restarts_total',
+    help: 'Workers that exited and were replaced by the cluster primary.',
+    registers: [own],
+  });
   const aggregate = (snapshots: readonly MetricsSnapshot[]) =>
     AggregatorRegistry.aggregate<typeof Registry.PROMETHEUS_CONTENT_TYPE>([...snapshots]);
   return {
+    countRestart: () => restarts.inc(),
     retire(last) {
       const monotonic = last.filter((metric) => {
         const type: unknown = metric.type;
@@ -461,7 +480,7 @@ export function createMetricsAggregator(): MetricsAggregator {
       });
     },
     async exposition(live) {
-      const registry = aggregate([await retired, ...live]);
+      const registry = aggregate([await retired, ...live, await own.getMetricsAsJSON()]);
       return { contentType: registry.contentType, body: await registry.metrics() };
     },
   };

@@ -239,6 +239,7 @@ function runPrimary(settings: Settings, logger: Logger): Promise<void> {
     streaks[slot] = streak;
     const delay = Math.min(MAX_BACKOFF_MS, FIRST_BACKOFF_MS * 2 ** streak);
     logger.error({ ...exit, replaceInMs: delay }, 'worker exited; replacing it');
+    aggregator.countRestart();
     const timer = setTimeout(() => {
       respawns.delete(timer);
       if (!stopping) fork(slot);

@@ -190,6 +190,12 @@ function connectionsHeld(pids: number[], port: number, clientPorts: Set<number>)
 const grpcPort = (tollgate: TollgateProcess) => Number(tollgate.address.split(':')[1]);
 
 /** GET on a new connection each time, so that successive scrapes go to either worker. */
+/** The value of an unlabelled series in an exposition; undefined when it is absent. */
+function sample(exposition: string, name: string): number | undefined {
+  const line = new RegExp(`^${name} (\\S+)$`, 'm').exec(exposition);
+  return line ? Number(line[1]) : undefined;
+}
+
 function scrape(url: string): Promise<string> {
   return new Promise((resolve, reject) => {
     http
@@ -328,7 +334,10 @@ describe('a worker killed with SIGKILL', () => {
       responses.every((response) => response.overall_code === 'OK');
     expect(ok(await spread(first.clients, 40, 'counted', 'k'))).toBe(true);
     // Scraped before the kill: the dead worker's counts stay in the sum afterwards.
-    expect(totalHits(await scrape(tollgate.httpUrl), 'counted')).toBe(40);
+    const before = await scrape(tollgate.httpUrl);
+    expect(totalHits(before, 'counted')).toBe(40);
+    expect(sample(before, 'tollgate_workers')).toBe(2);
+    expect(sample(before, 'tollgate_worker_restarts_total')).toBe(0);
 
     process.kill(victim, 'SIGKILL');
     await eventually(
@@ -351,7 +360,10 @@ describe('a worker killed with SIGKILL', () => {
     expect(ok(await spread(last.clients, 20, 'counted', 'k'))).toBe(true);
 
     for (let i = 0; i < 3; i++) {
-      expect(totalHits(await scrape(tollgate.httpUrl), 'counted')).toBe(40 + 30 + 20);
+      const after = await scrape(tollgate.httpUrl);
+      expect(totalHits(after, 'counted')).toBe(40 + 30 + 20);
+      expect(sample(after, 'tollgate_workers')).toBe(2);
+      expect(sample(after, 'tollgate_worker_restarts_total')).toBe(1);
     }
     for (const client of [...first.clients, ...meanwhile.clients, ...last.clients]) client.close();
     expect(await tollgate.stop()).toBe(0);

@@ -125,8 +125,16 @@ ratelimit_service_rate_limit_total_hits{domain="api",key1="tenant_acme",key2="ro
     expect(await samples(metrics, 'ratelimit_service_should_rate_limit_error')).toEqual([
       'ratelimit_service_should_rate_limit_error{err_type="timeout"} 1',
     ]);
+    // tollgate's own series start at 0 for every kind; the reference's appear at their first.
     expect(await samples(metrics, 'tollgate_store_errors_total')).toEqual([
       'tollgate_store_errors_total{kind="timeout"} 1',
+      'tollgate_store_errors_total{kind="connection"} 0',
+      'tollgate_store_errors_total{kind="out_of_memory"} 0',
+      'tollgate_store_errors_total{kind="wrong_type"} 0',
+      'tollgate_store_errors_total{kind="permission"} 0',
+      'tollgate_store_errors_total{kind="auth"} 0',
+      'tollgate_store_errors_total{kind="unavailable"} 0',
+      'tollgate_store_errors_total{kind="script"} 0',
     ]);
     expect(await samples(metrics, 'tollgate_domain_not_found_total')).toEqual([
       'tollgate_domain_not_found_total 1',
