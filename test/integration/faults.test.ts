@@ -264,7 +264,12 @@ describe('Redis restarted under load', () => {
 
     expectRecovered(load.tally('before'));
     for (const round of [1, 2]) {
-      expect(load.tally(`restart ${round}`).kinds.UNAVAILABLE).toBeGreaterThan(0);
+      // The outage was felt: by calls made during it, or by those in flight when Redis died (on a
+      // busy machine the new Redis may be up before a call made during the restart is sent).
+      const felt = [...tallies]
+        .filter(([name]) => name === `restart ${round}` || name.endsWith(` → restart ${round}`))
+        .reduce((sum, [, tally]) => sum + tally.kinds.UNAVAILABLE, 0);
+      expect(felt).toBeGreaterThan(0);
       expectRecovered(load.tally(`after restart ${round}`));
     }
     expectTransitions(tallies, [], ['OK', 'UNAVAILABLE']);
