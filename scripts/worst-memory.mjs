@@ -8,7 +8,7 @@
 //      they hold GRPC_MAX_RECEIVING_BYTES (64 MiB) of requests still arriving;
 //   3. holds HTTP_MAX_CONNECTIONS (1,000) connections to the HTTP port, each sending a header
 //      line every second and never ending the request.
-// It prints one line per step and exits 0; the numbers go to README ("gRPC server").
+// It prints one line per step and exits 0; the numbers go to docs/operations.md ("gRPC server").
 import { Buffer } from 'node:buffer';
 import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';

@@ -22,7 +22,7 @@ import type { Algorithm, RuleNode } from './rules/types.js';
  * The namespace `tg:` holds Redis hashes of the fields that `lua/` writes. Instances that share
  * a Redis during a rolling deploy must agree on each counter's name and type: a change to the type
  * of a counter's value takes a new namespace, never `tg:`, and a change to how keys are spelled
- * says which counters it restarts (see README, "Key format and upgrades").
+ * says which counters it restarts (docs/redis.md, "Key format and upgrades").
  */
 export const NAMESPACE = 'tg';
 

@@ -68,7 +68,7 @@ export interface Settings {
   shutdownGraceMs: number;
   /** Denied counters remembered until their reset, so repeated denials skip the store; 0: off. */
   overLimitCacheSize: number;
-  /** COMPAT_MODE: `reference` answers as envoyproxy/ratelimit does (see README). */
+  /** COMPAT_MODE: `reference` answers as envoyproxy/ratelimit does (docs/migration.md). */
   compatMode: 'off' | 'reference';
   /** STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, read under COMPAT_MODE=reference. */
   stopIncrementWhenOverLimit: boolean;

@@ -100,7 +100,9 @@ export const counters: Command = {
       });
       console.log(`key ${JSON.stringify(key)}`);
       if (key.includes('{#') || key.includes('|#')) {
-        console.log('hashed: the descriptor is too long to spell out in the key (see README)');
+        console.log(
+          'hashed: the descriptor is too long to spell out in the key (see docs/redis.md, "Key format and upgrades")',
+        );
       }
       console.log(`rule ${whereIs(node)}`);
       if (action === 'reset') {

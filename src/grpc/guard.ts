@@ -8,7 +8,7 @@
  * the Node HTTP/2 server it returns. `guardServer` throws if that method is missing, so that a
  * grpc-js that changed it fails at start-up rather than serving without bounds.
  *
- * What one client can cost, with the defaults, is in README ("gRPC server"). Each bound, once
+ * What one client can cost, with the defaults, is in docs/operations.md ("gRPC server"). Each bound, once
  * reached, refuses only new work: a connection past the cap is closed as it is accepted, a call
  * past the cap or over the byte budget is reset (RST_STREAM REFUSED_STREAM or ENHANCE_YOUR_CALM),
  * and a call open past its time is reset (RST_STREAM CANCEL). grpc-js then sees the call cancelled.

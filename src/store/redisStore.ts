@@ -69,7 +69,7 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
   }
   const redis = new Redis({
     ...(settings.type === 'sentinel' ? sentinelOptions(settings) : singleOptions(settings)),
-    // The ready check sends INFO, which the least-privilege ACL user lacks (see README). Without
+    // The ready check sends INFO, which the least-privilege ACL user lacks (docs/redis.md). Without
     // it, a Redis still loading its data answers LOADING, which fails fast like any outage.
     enableReadyCheck: false,
     enableOfflineQueue: false,

@@ -313,7 +313,7 @@ describe('counters', () => {
     const hashed = counterKey('', 'api', entries, undefined, 'sliding_window', 30_000);
     expect(hashed).toMatch(/^tg:\{3:api6:tenant4:acme\}0\|#[\w-]{22}\|sw:30000$/);
     expect(get.stdout).toContain(
-      `key ${JSON.stringify(hashed)}\nhashed: the descriptor is too long to spell out in the key (see README)\n` +
+      `key ${JSON.stringify(hashed)}\nhashed: the descriptor is too long to spell out in the key (see docs/redis.md, "Key format and upgrades")\n` +
         'rule rules.yaml descriptors[0].descriptors[0]\nremaining 99 of 100\n',
     );
     expect(await redis.client.exists(hashed)).toBe(1);
