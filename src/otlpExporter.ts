@@ -1,11 +1,18 @@
+import { createRequire } from 'node:module';
 import { Metadata } from '@grpc/grpc-js';
-import { OTLPTraceExporter as OTLPGrpcTraceExporter } from '@opentelemetry/exporter-trace-otlp-grpc';
-import { OTLPTraceExporter as OTLPJsonTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
-import { OTLPTraceExporter as OTLPProtoTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
+import type * as GrpcExporter from '@opentelemetry/exporter-trace-otlp-grpc';
+import type * as JsonExporter from '@opentelemetry/exporter-trace-otlp-http';
+import type * as ProtoExporter from '@opentelemetry/exporter-trace-otlp-proto';
 import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
 import { boolean, oneOf, optional, type Env } from './envValues.js';
 import { SettingsError } from './errors.js';
 import { redactUrls } from './redact.js';
+
+/**
+ * An OpenTelemetry package, loaded when first asked for rather than when this module is: only a
+ * service that traces pays for them. Each package's CommonJS build is the one `import` gives too.
+ */
+export const loadOpenTelemetry = createRequire(import.meta.url) as <T>(name: string) => T;
 
 /**
  * The OTLP span exporter the standard OTEL_EXPORTER_OTLP_* variables describe, or undefined when
@@ -32,9 +39,15 @@ export function createOtlpExporter(env: Env): SpanExporter | undefined {
     // Either endpoint as it is, without its path: a gRPC call has none to add to. The exporter
     // picks its credentials from the scheme: TLS for https, plaintext for http.
     const { protocol: scheme, host } = new URL(url);
-    return new OTLPGrpcTraceExporter({ url: `${scheme}//${host}`, metadata });
+    const { OTLPTraceExporter } = loadOpenTelemetry<typeof GrpcExporter>(
+      '@opentelemetry/exporter-trace-otlp-grpc',
+    );
+    return new OTLPTraceExporter({ url: `${scheme}//${host}`, metadata });
   }
-  const Exporter = protocol === 'http/json' ? OTLPJsonTraceExporter : OTLPProtoTraceExporter;
+  const { OTLPTraceExporter: Exporter } =
+    protocol === 'http/json'
+      ? loadOpenTelemetry<typeof JsonExporter>('@opentelemetry/exporter-trace-otlp-http')
+      : loadOpenTelemetry<typeof ProtoExporter>('@opentelemetry/exporter-trace-otlp-proto');
   // OTLP/HTTP: the signal's own endpoint is used as it is; the general one gets `v1/traces`.
   return new Exporter({
     url:

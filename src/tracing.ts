@@ -1,30 +1,24 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import {
-  ROOT_CONTEXT,
-  SpanKind,
-  SpanStatusCode,
-  type Span,
-  type TextMapGetter,
-} from '@opentelemetry/api';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { defaultResource, resourceFromAttributes } from '@opentelemetry/resources';
-import {
-  BatchSpanProcessor,
-  SimpleSpanProcessor,
-  type SpanExporter,
-} from '@opentelemetry/sdk-trace-base';
-import { NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
-import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
+import type * as Api from '@opentelemetry/api';
+import type { Span, TextMapGetter } from '@opentelemetry/api';
+import type * as Core from '@opentelemetry/core';
+import type * as Resources from '@opentelemetry/resources';
+import type * as TraceBase from '@opentelemetry/sdk-trace-base';
+import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
+import type * as TraceNode from '@opentelemetry/sdk-trace-node';
+import type * as Conventions from '@opentelemetry/semantic-conventions';
 import type { RequestHeader } from './check.js';
 import { optional, type Env } from './envValues.js';
 import { InvalidRequestError } from './errors.js';
-import { createOtlpExporter } from './otlpExporter.js';
+import { createOtlpExporter, loadOpenTelemetry } from './otlpExporter.js';
 import type { CheckEvent } from './outcome.js';
 
 /**
  * OpenTelemetry tracing of checks: one SERVER span named ShouldRateLimit per check, continuing
  * the caller's trace (W3C Trace Context), sent over OTLP when the standard OTEL_* variables name
- * an endpoint. With otlpExporter.ts, the only module that imports `@opentelemetry/*`.
+ * an endpoint. With otlpExporter.ts, the only module that uses `@opentelemetry/*`, and only once
+ * tracing is on: loading it costs a process about 100 ms and 15 MB, which a service that does not
+ * trace should not pay.
  */
 export interface TracingOptions {
   /** OTEL_EXPORTER_OTLP_* (see createOtlpExporter), OTEL_SDK_DISABLED, OTEL_SERVICE_NAME. */
@@ -56,15 +50,36 @@ const DISABLED: Tracing = {
 
 export function createTracing(options: TracingOptions): Tracing {
   const { env } = options;
-  let processor;
-  if (options.exporter !== undefined) {
-    processor = new SimpleSpanProcessor(options.exporter);
-  } else {
+  let exporter = options.exporter;
+  if (exporter === undefined) {
     if (optional(env, 'OTEL_SDK_DISABLED')?.toLowerCase() === 'true') return DISABLED;
-    const exporter = createOtlpExporter(env);
+    exporter = createOtlpExporter(env);
     if (exporter === undefined) return DISABLED;
-    processor = new BatchSpanProcessor(exporter);
   }
+  const { ROOT_CONTEXT, SpanKind, SpanStatusCode } =
+    loadOpenTelemetry<typeof Api>('@opentelemetry/api');
+  const { W3CTraceContextPropagator } = loadOpenTelemetry<typeof Core>('@opentelemetry/core');
+  const { defaultResource, resourceFromAttributes } = loadOpenTelemetry<typeof Resources>(
+    '@opentelemetry/resources',
+  );
+  const { BatchSpanProcessor, SimpleSpanProcessor } = loadOpenTelemetry<typeof TraceBase>(
+    '@opentelemetry/sdk-trace-base',
+  );
+  const { NodeTracerProvider } = loadOpenTelemetry<typeof TraceNode>(
+    '@opentelemetry/sdk-trace-node',
+  );
+  const { ATTR_SERVICE_NAME } = loadOpenTelemetry<typeof Conventions>(
+    '@opentelemetry/semantic-conventions',
+  );
+  const processor =
+    options.exporter !== undefined
+      ? new SimpleSpanProcessor(exporter)
+      : new BatchSpanProcessor(exporter);
+  const propagator = new W3CTraceContextPropagator();
+  const headerGetter: TextMapGetter<RequestHeader> = {
+    get: (header, name) => header(name),
+    keys: () => propagator.fields(),
+  };
 
   // Not registered globally: several services may share a process (tests), and a second
   // registration would fail. Without a global context manager, the check's span travels to
@@ -123,9 +138,3 @@ export function createTracing(options: TracingOptions): Tracing {
     shutdown: () => provider.shutdown(),
   };
 }
-
-const propagator = new W3CTraceContextPropagator();
-const headerGetter: TextMapGetter<RequestHeader> = {
-  get: (header, name) => header(name),
-  keys: () => propagator.fields(),
-};
