@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SpanKind, SpanStatusCode } from '@opentelemetry/api';
@@ -479,5 +480,36 @@ describe('OTLP settings', () => {
     });
     expect(http.enabled).toBe(true);
     return http.shutdown();
+  });
+});
+
+describe("OpenTelemetry's SDK", () => {
+  // The built tracing module in a process of its own, which reports the OpenTelemetry packages
+  // that creating its tracing loaded.
+  const loadedWith = (env: Record<string, string>): string[] => {
+    const script = `
+      const { createTracing } = await import('./dist/tracing.js');
+      const tracing = createTracing({ env: ${JSON.stringify(env)} });
+      const { createRequire } = await import('node:module');
+      const cache = createRequire(import.meta.url).cache;
+      const names = Object.keys(cache).flatMap((path) => path.match(/@opentelemetry\\/[^/]+/g) ?? []);
+      console.log(JSON.stringify([...new Set(names)].sort()));
+      await tracing.shutdown();`;
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+      encoding: 'utf8',
+    });
+    expect(run.status, run.stderr).toBe(0);
+    return JSON.parse(run.stdout) as string[];
+  };
+
+  it('is loaded only when tracing is on', () => {
+    expect(loadedWith({})).toEqual([]);
+    expect(loadedWith({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318' })).toEqual(
+      expect.arrayContaining([
+        '@opentelemetry/exporter-trace-otlp-proto',
+        '@opentelemetry/sdk-trace-base',
+        '@opentelemetry/sdk-trace-node',
+      ]),
+    );
   });
 });
