@@ -48,8 +48,12 @@ export interface Decision {
   dynamicMetadata?: Record<string, JsonValue>;
 }
 
-/**
- * A header of the request a check came in (gRPC metadata or HTTP), by lower-case name. A function,
- * so that nothing is read unless something asks: tracing, for `traceparent`, when it is on.
- */
+/** A header of the request a check came in (gRPC metadata or HTTP), by lower-case name. */
 export type RequestHeader = (name: string) => string | string[] | undefined;
+
+/**
+ * Reads a header from a request's own headers object (`carrier`). The servers hand over the
+ * object they already have and a reader that never changes, so a check allocates nothing for its
+ * headers unless something reads them: tracing, for `traceparent`, when it is on.
+ */
+export type HeaderReader<C> = (carrier: C, name: string) => string | string[] | undefined;

@@ -33,6 +33,21 @@ A value may contain '='; the entry splits at the first one. A backslash takes th
 character literally: write \\, for a comma in a key or value and \\\\ for a backslash
 (in a shell, inside single quotes: --descriptor 'q=a\\,b').`;
 
+/**
+ * A command's arguments when its only option is --help: its positional arguments, or undefined
+ * when --help asked for the usage, which is then printed.
+ */
+export function positionalsOrHelp(args: string[], usage: string): string[] | undefined {
+  const { values, positionals } = parse({
+    args,
+    options: { help: { type: 'boolean', short: 'h' } },
+    allowPositionals: true,
+  });
+  if (!values.help) return positionals;
+  console.log(usage);
+  return undefined;
+}
+
 /** node:util's parseArgs (strict by default), with its errors turned into UsageError. */
 export function parse<T extends ParseArgsConfig>(config: T): ReturnType<typeof parseArgs<T>> {
   try {

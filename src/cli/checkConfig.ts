@@ -1,5 +1,5 @@
 import { dumpRules } from '../rules/dumpRules.js';
-import { loadConfig, parse, UsageError, type Command } from './args.js';
+import { loadConfig, positionalsOrHelp, UsageError, type Command } from './args.js';
 
 const usage = `Usage: tollgate check-config [PATH]
 
@@ -20,15 +20,8 @@ export const checkConfig: Command = {
   summary: 'validate a rules file or directory and print its rules',
   usage,
   async run(args) {
-    const { values, positionals } = parse({
-      args,
-      options: { help: { type: 'boolean', short: 'h' } },
-      allowPositionals: true,
-    });
-    if (values.help) {
-      console.log(usage);
-      return 0;
-    }
+    const positionals = positionalsOrHelp(args, usage);
+    if (positionals === undefined) return 0;
     const [path, ...extra] = positionals;
     if (extra.length > 0) throw new UsageError(`unexpected argument '${extra[0]}'`);
     for (const line of dumpRules(loadConfig(path))) console.log(line);

@@ -1,5 +1,5 @@
 import { RulesError, SettingsError } from '../errors.js';
-import { parse, UsageError, type Command } from './args.js';
+import { positionalsOrHelp, UsageError, type Command } from './args.js';
 
 const usage = `Usage: tollgate serve
 
@@ -31,15 +31,8 @@ export const serve: Command = {
   summary: 'run the service (settings from the environment)',
   usage,
   async run(args) {
-    const { values, positionals } = parse({
-      args,
-      options: { help: { type: 'boolean', short: 'h' } },
-      allowPositionals: true,
-    });
-    if (values.help) {
-      console.log(usage);
-      return 0;
-    }
+    const positionals = positionalsOrHelp(args, usage);
+    if (positionals === undefined) return 0;
     if (positionals.length > 0) throw new UsageError(`unexpected argument '${positionals[0]}'`);
     await startService();
     return 0;

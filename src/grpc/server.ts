@@ -4,7 +4,7 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import { HealthImplementation } from 'grpc-health-check';
-import type { Check, Decision, RequestHeader } from '../check.js';
+import type { Check, Decision, HeaderReader } from '../check.js';
 import {
   createRequestDecoder,
   encodeResponse,
@@ -22,10 +22,10 @@ export type Reply = Decision & { headers?: readonly ResponseHeader[] };
 
 export interface GrpcServerOptions {
   /**
-   * Decides a valid check; `header` reads the call's metadata. May reject with
+   * Decides a valid check; `readHeader(headers, name)` reads the call's metadata. May reject with
    * InvalidRequestError or StoreError.
    */
-  decide(check: Check, header: RequestHeader): Promise<Reply>;
+  decide<C>(check: Check, headers: C, readHeader: HeaderReader<C>): Promise<Reply>;
   limits: RequestLimits;
   /** Told of each error answered INTERNAL, i.e. a bug, for the caller to log. */
   onInternalError?(error: unknown): void;
@@ -66,12 +66,10 @@ export function routeGrpcLogs(log: (line: string) => void): void {
 }
 
 /** Text values only: a `-bin` key's Buffers are not headers a check reads. */
-const metadataHeader =
-  (metadata: grpc.Metadata): RequestHeader =>
-  (name) => {
-    const values = metadata.get(name).filter((value) => typeof value === 'string');
-    return values.length === 0 ? undefined : values;
-  };
+const metadataHeader: HeaderReader<grpc.Metadata> = (metadata, name) => {
+  const values = metadata.get(name).filter((value) => typeof value === 'string');
+  return values.length === 0 ? undefined : values;
+};
 
 export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
   const server = new grpc.Server(options.serverOptions);
@@ -98,7 +96,7 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
     }
     let reply: Promise<Reply>;
     try {
-      reply = options.decide(request.check, metadataHeader(call.metadata));
+      reply = options.decide(request.check, call.metadata, metadataHeader);
     } catch (error) {
       return fail(callback, error);
     }

@@ -6,19 +6,21 @@
 import { isUtf8 } from 'node:buffer';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Check, Decision, RequestHeader } from '../check.js';
+import type { Check, Decision, HeaderReader } from '../check.js';
 import type { RequestLimits } from '../grpc/codec.js';
 import { readBody } from './readBody.js';
 import { toHttpError, type HttpReply } from './httpError.js';
 import { createJsonRequestDecoder } from './jsonRequest.js';
 import { toJsonResponse } from './jsonResponse.js';
 
+const httpHeader: HeaderReader<http.IncomingHttpHeaders> = (headers, name) => headers[name];
+
 export interface HttpServerOptions {
   /**
-   * Decides a valid check; `header` reads the request's headers. May reject with
-   * InvalidRequestError or StoreError.
+   * Decides a valid check; `readHeader(headers, name)` reads the request's headers. May reject
+   * with InvalidRequestError or StoreError.
    */
-  decide(check: Check, header: RequestHeader): Promise<Decision>;
+  decide<C>(check: Check, headers: C, readHeader: HeaderReader<C>): Promise<Decision>;
   /** The body of /healthcheck is `reason`, verbatim: e.g. "OK" or "NOT_SERVING: draining". */
   health(): { serving: boolean; reason: string };
   /** The body of /metrics and its content type, e.g. prom-client's registry. */
@@ -100,7 +102,7 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
     }
     const decoded = decodeJson(parsed);
     if (!decoded.ok) return invalid(decoded.error.message);
-    const decision = await options.decide(decoded.check, (name) => request.headers[name]);
+    const decision = await options.decide(decoded.check, request.headers, httpHeader);
     return {
       status: decision.code === 'OVER_LIMIT' ? 429 : 200,
       body: JSON.stringify(toJsonResponse(decision)),

@@ -98,7 +98,10 @@ export interface CounterResult {
   fits: boolean;
   /** Whole units left after the decision (unchanged when nothing was consumed). */
   remaining: number;
-  /** Milliseconds until it resets (see the table in docs/decisions.md), or NEVER when the cost exceeds the limit. */
+  /**
+   * Milliseconds until it resets (see the table in docs/decisions.md), or NEVER when the cost
+   * exceeds the limit.
+   */
   resetMs: number;
 }
 

@@ -120,6 +120,18 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
   const bounded = <T>(call: Promise<T>) =>
     withDeadline(silence.track(call), timeoutMs, silence.timedOut);
   const decide = (...args: ScriptArgs) => bounded(script(...args));
+  /** DEL or EXISTS: one bounded call that answers how many of `keys` it found. */
+  const countKeys = async (
+    keys: readonly string[],
+    command: (keys: readonly string[]) => Promise<number>,
+  ): Promise<number> => {
+    if (keys.length === 0) return 0;
+    try {
+      return await bounded(command(keys));
+    } catch (error) {
+      throw explain(error);
+    }
+  };
   const skewToleranceMs = options.clockSkewToleranceMs ?? 0;
 
   const decideBatched = createBatcher({
@@ -150,23 +162,9 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
   return {
     decide: decideBatched,
 
-    async reset(keys: readonly string[]) {
-      if (keys.length === 0) return 0;
-      try {
-        return await bounded(redis.del(...keys));
-      } catch (error) {
-        throw explain(error);
-      }
-    },
+    reset: (keys: readonly string[]) => countKeys(keys, (all) => redis.del(...all)),
 
-    async exists(keys: readonly string[]) {
-      if (keys.length === 0) return 0;
-      try {
-        return await bounded(redis.exists(...keys));
-      } catch (error) {
-        throw explain(error);
-      }
-    },
+    exists: (keys: readonly string[]) => countKeys(keys, (all) => redis.exists(...all)),
 
     async ping() {
       try {
