@@ -94,7 +94,7 @@ function tollgateEnv(): Record<string, string> {
 const resultsDir =
   plan.mode === 'quick' ? join('.cache', 'bench-results') : join('bench', 'results');
 
-/** Writes bench results NAME.EXT for each extension given, whole or not at all, and says so. */
+/** Writes bench results NAME.EXT for each extension given, each file whole, and says so. */
 function writeResults(name: string, files: Record<string, string>): void {
   mkdirSync(join(repoRoot, resultsDir), { recursive: true });
   for (const [extension, text] of Object.entries(files)) {
