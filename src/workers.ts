@@ -60,7 +60,8 @@ export async function run(): Promise<void> {
 /**
  * What each signal does, in every role:
  * - SIGTERM, SIGINT: drain (health NOT_SERVING, calls in flight finish), then exit 0.
- * - SIGHUP: load the rules again; the current ones serve meanwhile. A primary passes it on.
+ * - SIGHUP: load the rules again; the current ones serve meanwhile. A primary passes it on to
+ *   each worker once that worker is ready.
  * - SIGUSR1, SIGUSR2, SIGQUIT: logged and ignored. Node would end the process at once on
  *   SIGUSR2 and SIGQUIT, every call in flight failing, and open its inspector on SIGUSR1.
  */
@@ -99,6 +100,12 @@ interface Member {
   slot: number;
   /** When it said it was listening; 0 until then. */
   readyAt: number;
+  /**
+   * A SIGHUP came while it was starting: it is passed on once the worker is ready. Sent earlier,
+   * before the worker's handler exists, the signal would end it, and during the primary's own
+   * start-up that would stop the whole service.
+   */
+  reloadPending?: boolean;
   /** Its start-up error, when it reported one. */
   failure?: { name: string; message: string };
   /** Its latest counts, kept so that a slow or dead worker still adds up. */
@@ -160,6 +167,10 @@ function runPrimary(settings: Settings, logger: Logger): Promise<void> {
     if (message.type === 'tollgate:ready') {
       member.readyAt = Date.now();
       logger.info({ worker: worker.id, pid: worker.process.pid }, 'worker ready');
+      if (member.reloadPending) {
+        member.reloadPending = false;
+        worker.process.kill('SIGHUP');
+      }
       const ready = [...members.values()].filter((m) => m.readyAt > 0).length;
       if (starting && ready === settings.workers) {
         starting = false;
@@ -281,7 +292,10 @@ function runPrimary(settings: Settings, logger: Logger): Promise<void> {
   ignoreSignals(logger);
   process.on('SIGHUP', () => {
     logger.info({ signal: 'SIGHUP', workers: members.size }, 'reloading the rules in every worker');
-    for (const { worker } of members.values()) worker.process.kill('SIGHUP');
+    for (const member of members.values()) {
+      if (member.readyAt > 0) member.worker.process.kill('SIGHUP');
+      else member.reloadPending = true;
+    }
   });
 
   return new Promise((resolve) => {

@@ -321,6 +321,34 @@ describe('SIGHUP to the primary', () => {
     expect(tollgate.child.exitCode).toBeNull();
     for (const client of clients) client.close();
   }, 60_000);
+
+  it('reaches a worker that is still starting once it is ready, instead of ending it', async () => {
+    const tollgate = await startWorkers();
+    const [victim] = readyPids(tollgate) as [number];
+    process.kill(victim, 'SIGKILL');
+    await eventually(
+      async () =>
+        logs(tollgate).some((l) => l.msg === 'worker exited; replacing it' && l.pid === victim),
+      15_000,
+    );
+    // Hang-ups all through the replacement's start, before its handler exists and after.
+    const hangups = setInterval(() => tollgate.child.kill('SIGHUP'), 20);
+    try {
+      await eventually(async () => readyPids(tollgate).length === 3, 30_000);
+    } finally {
+      clearInterval(hangups);
+    }
+    const replacement = logs(tollgate).find(
+      (line) => line.msg === 'worker ready' && line.pid === readyPids(tollgate)[2],
+    )?.worker;
+    await eventually(
+      async () =>
+        logs(tollgate).some((l) => l.msg === 'reloading the rules' && l.worker === replacement),
+      10_000,
+    );
+    expect(logs(tollgate).filter((l) => l.msg === 'worker exited; replacing it')).toHaveLength(1);
+    expect(tollgate.child.exitCode).toBeNull();
+  }, 60_000);
 });
 
 describe('a worker killed with SIGKILL', () => {
