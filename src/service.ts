@@ -240,6 +240,7 @@ export function createService(options: ServiceOptions): Service {
     onInternalError,
     onInvalidRequest,
     serverOptions: grpcServerOptions(settings.grpcServer),
+    fastPath: settings.grpcServer.fastPath,
     guard: {
       ...guardOptions(settings.grpcServer),
       onBound: (bound) => metrics.boundReached(`grpc_${bound}`),

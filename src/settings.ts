@@ -91,6 +91,8 @@ export interface GrpcServerSettings {
   callTimeoutMs: number;
   keepaliveTimeMs: number;
   keepaliveTimeoutMs: number;
+  /** GRPC_FAST_PATH: ShouldRateLimit on node:http2's streams directly; false: through grpc-js. */
+  fastPath: boolean;
   /** TLS when GRPC_SERVER_USE_TLS is true; mutual TLS when `clientCaPath` is set. */
   tls:
     | {
@@ -379,6 +381,7 @@ function readGrpcServer(env: Env, redisTimeoutMs: number): GrpcServerSettings {
     callTimeoutMs: callTimeout(env, redisTimeoutMs),
     keepaliveTimeMs: duration(env, 'GRPC_KEEPALIVE_TIME', '2h'),
     keepaliveTimeoutMs: duration(env, 'GRPC_KEEPALIVE_TIMEOUT', '20s'),
+    fastPath: boolean(env, 'GRPC_FAST_PATH', true),
     tls:
       useTls && certPath && keyPath
         ? {

@@ -37,6 +37,11 @@ export interface GrpcServerOptions {
   credentials?: grpc.ServerCredentials;
   /** Bounds on connections, calls and their bytes and time (see guard.ts); none by default. */
   guard?: GuardOptions;
+  /**
+   * Serves ShouldRateLimit on the HTTP/2 server's own streams, ahead of grpc-js (see
+   * fastPath.ts); every other method stays on grpc-js. Off by default.
+   */
+  fastPath?: boolean;
 }
 
 export interface GrpcServer {
