@@ -33,6 +33,7 @@ const requestType = loadProtoRoot('bytes').lookupType(
 const responseType = loadProtoRoot('strings').lookupType(
   'envoy.service.ratelimit.v3.RateLimitResponse',
 );
+const structType = loadProtoRoot('strings').lookupType('google.protobuf.Struct');
 
 // What protobufjs decodes from the bytes root: absent messages are null, defaults come from prototypes.
 interface WireLong {
@@ -191,7 +192,11 @@ const reportedUnits: Record<ReportedUnit, number> = {
 };
 const UINT32_MAX = 0xffffffff;
 
-/** The RLS response for a decision. Throws on a code that is not OK or OVER_LIMIT. */
+/**
+ * The RLS response for a decision, by protobufjs: the oracle that responseFrame.ts's hand-written
+ * encoder is tested against, and the bench's bare server's constant reply. Throws on a code that
+ * is not OK or OVER_LIMIT.
+ */
 export function encodeResponse(
   decision: Decision,
   headers: readonly ResponseHeader[] | undefined = decision.headers,
@@ -232,6 +237,12 @@ function clampUint32(value: number): number {
 function duration(ms: number): { seconds: number; nanos: number } {
   const whole = Math.max(0, Math.ceil(ms));
   return { seconds: Math.floor(whole / 1000), nanos: (whole % 1000) * 1_000_000 };
+}
+
+/** Dynamic metadata as the bytes of a google.protobuf.Struct. */
+export function encodeStruct(object: Readonly<Record<string, JsonValue>>): Buffer {
+  const bytes = structType.encode(toStruct(object)).finish();
+  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
 }
 
 /** JSON as google.protobuf.Struct, in the field names of protobufjs's bundled well-known types. */
