@@ -81,7 +81,10 @@ describe('the hand-written response frame', () => {
     const first = encodeResponseFrame(plain);
     expect(encodeResponseFrame({ ...plain, statuses: [...plain.statuses] })).toBe(first);
     expect(first.subarray(5).toString('hex')).toBe(encodeResponse(plain).toString('hex'));
-    const other = encodeResponseFrame({ code: 'OK', statuses: [{ code: 'OK', limitRemaining: 0 }] });
+    const other = encodeResponseFrame({
+      code: 'OK',
+      statuses: [{ code: 'OK', limitRemaining: 0 }],
+    });
     expect(other).not.toBe(first);
   });
 
