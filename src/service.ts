@@ -241,6 +241,7 @@ export function createService(options: ServiceOptions): Service {
     onInvalidRequest,
     serverOptions: grpcServerOptions(settings.grpcServer),
     fastPath: settings.grpcServer.fastPath,
+    clientSan: settings.grpcServer.tls?.clientSan,
     guard: {
       ...guardOptions(settings.grpcServer),
       onBound: (bound) => metrics.boundReached(`grpc_${bound}`),

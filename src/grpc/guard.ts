@@ -3,15 +3,16 @@
  * connections, calls, bytes of requests still arriving, the time a call may stay open, and the
  * size of a call's headers; and the maximum connection age, kept here rather than by grpc-js.
  *
- * grpc-js gives no public hook to its HTTP/2 sessions and streams, so the guard wraps the
- * server's (private) `createHttp2Server`, which every bound address goes through, and listens to
- * the Node HTTP/2 server it returns. `guardServer` throws if that method is missing, so that a
- * grpc-js that changed it fails at start-up rather than serving without bounds.
+ * The guard sees every HTTP/2 server grpc-js creates, and every stream on it, through the
+ * dispatch in http2Dispatch.ts: it listens to the streams that grpc-js serves (`watch`), and the
+ * fast path reports its own (`admit`, `receive`, `arrived`, `release`), so both paths share one
+ * count of calls and one budget of bytes.
  *
  * What one client can cost, with the defaults, is in docs/operations.md ("gRPC server"). Each bound, once
  * reached, refuses only new work: a connection past the cap is closed as it is accepted, a call
  * past the cap or over the byte budget is reset (RST_STREAM REFUSED_STREAM or ENHANCE_YOUR_CALM),
- * and a call open past its time is reset (RST_STREAM CANCEL). grpc-js then sees the call cancelled.
+ * and a call open past its time is reset (RST_STREAM CANCEL). The path serving it then sees the
+ * call cancelled.
  *
  * The maximum connection age: grpc-js arms one timer per connection with a random length, and
  * Node keeps an unreferenced timer's list until its time comes, even once the connection closed
@@ -19,7 +20,6 @@
  * behind for a day. One sweep every second ages every connection and times every call instead.
  */
 import http2 from 'node:http2';
-import type * as grpc from '@grpc/grpc-js';
 
 export interface GuardOptions {
   /** Connections at once, per listening address. */
@@ -46,11 +46,27 @@ export type GuardBound =
   'connections' | 'calls' | 'receiving_bytes' | 'call_timeout' | 'connection_age';
 
 export interface Guard {
+  /** Applies the connection bounds to one of grpc-js's HTTP/2 servers, as it is created. */
+  configure(http2Server: Http2Server): void;
+  /** Bounds a call that grpc-js serves, by listening to its stream. */
+  watch(stream: http2.ServerHttp2Stream): void;
+  /**
+   * Admits a call that the fast path serves, which reports its bytes itself (`receive`,
+   * `arrived`, `release`) so that the stream carries no listener of the guard's. Undefined: the
+   * call is over the bound, and its stream was reset.
+   */
+  admit(stream: http2.ServerHttp2Stream): GuardedCall | undefined;
+  /** Counts bytes of the call's request; false when they are over the budget: it was reset. */
+  receive(stream: http2.ServerHttp2Stream, call: GuardedCall, bytes: number): boolean;
+  /** The call's request has fully arrived, or will not: its bytes leave the budget. */
+  arrived(call: GuardedCall): void;
+  /** The call's stream closed. */
+  release(stream: http2.ServerHttp2Stream, call: GuardedCall): void;
   /** Stops the sweep. */
   close(): void;
 }
 
-interface Call {
+export interface GuardedCall {
   openedAt: number;
   /** Bytes of its request received so far; 0 once the request has fully arrived. */
   receiving: number;
@@ -63,19 +79,13 @@ interface Connection {
   closeDeadline: number;
 }
 
-type Http2Server = http2.Http2Server | http2.Http2SecureServer;
-type ServerInternals = { createHttp2Server?: (credentials: unknown) => Http2Server };
+export type Http2Server = http2.Http2Server | http2.Http2SecureServer;
 
-export function guardServer(server: grpc.Server, options: GuardOptions): Guard {
-  const internals = server as unknown as ServerInternals;
-  const create = internals.createHttp2Server;
-  if (typeof create !== 'function') {
-    throw new Error('grpc-js has no createHttp2Server: the gRPC server bounds cannot be applied');
-  }
+export function createGuard(options: GuardOptions): Guard {
   const now = options.now ?? (() => performance.now());
   const bound = (name: GuardBound) => options.onBound?.(name);
   // Insertion-ordered, so the oldest call is first: the sweep stops at the first one in time.
-  const calls = new Map<http2.ServerHttp2Stream, Call>();
+  const calls = new Map<http2.ServerHttp2Stream, GuardedCall>();
   const connections = new Map<http2.ServerHttp2Session, Connection>();
   let receivingBytes = 0;
 
@@ -83,34 +93,47 @@ export function guardServer(server: grpc.Server, options: GuardOptions): Guard {
     if (!stream.destroyed) stream.close(code);
   };
 
-  const onStream = (stream: http2.ServerHttp2Stream) => {
+  const admit = (stream: http2.ServerHttp2Stream): GuardedCall | undefined => {
     if (calls.size >= options.maxCalls) {
       bound('calls');
-      return reset(stream, http2.constants.NGHTTP2_REFUSED_STREAM);
+      reset(stream, http2.constants.NGHTTP2_REFUSED_STREAM);
+      return undefined;
     }
-    const call: Call = { openedAt: now(), receiving: 0 };
+    const call: GuardedCall = { openedAt: now(), receiving: 0 };
     calls.set(stream, call);
-    const arrived = () => {
-      receivingBytes -= call.receiving;
-      call.receiving = 0;
-      stream.off('data', onData);
-    };
+    return call;
+  };
+  const arrived = (call: GuardedCall) => {
+    receivingBytes -= call.receiving;
+    call.receiving = 0;
+  };
+  const receive = (stream: http2.ServerHttp2Stream, call: GuardedCall, bytes: number) => {
+    call.receiving += bytes;
+    receivingBytes += bytes;
+    if (receivingBytes <= options.maxReceivingBytes) return true;
+    arrived(call);
+    bound('receiving_bytes');
+    reset(stream, http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+    return false;
+  };
+  const release = (stream: http2.ServerHttp2Stream, call: GuardedCall) => {
+    arrived(call);
+    calls.delete(stream);
+  };
+
+  const watch = (stream: http2.ServerHttp2Stream) => {
+    const call = admit(stream);
+    if (call === undefined) return;
     const onData = (chunk: Buffer) => {
-      call.receiving += chunk.length;
-      receivingBytes += chunk.length;
-      if (receivingBytes > options.maxReceivingBytes) {
-        arrived();
-        bound('receiving_bytes');
-        reset(stream, http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
-      }
+      if (!receive(stream, call, chunk.length)) stream.off('data', onData);
     };
     // Listening adds no flow: grpc-js already reads the stream and pauses it between messages.
     stream.on('data', onData);
-    stream.once('end', arrived);
-    stream.once('close', () => {
-      arrived();
-      calls.delete(stream);
+    stream.once('end', () => {
+      arrived(call);
+      stream.off('data', onData);
     });
+    stream.once('close', () => release(stream, call));
   };
 
   const onSession = (session: http2.ServerHttp2Session) => {
@@ -120,16 +143,12 @@ export function guardServer(server: grpc.Server, options: GuardOptions): Guard {
     session.once('close', () => connections.delete(session));
   };
 
-  internals.createHttp2Server = function (this: unknown, credentials: unknown): Http2Server {
-    const http2Server = create.call(this, credentials);
+  const configure = (http2Server: Http2Server) => {
     // Past it, Node closes an accepted connection before anything reads from it.
     http2Server.maxConnections = options.maxConnections;
     http2Server.on('drop', () => bound('connections'));
     http2Server.updateSettings({ maxHeaderListSize: options.maxHeaderListBytes });
     http2Server.on('session', onSession);
-    // After grpc-js's own listener: the call exists, and sees a reset as a cancellation.
-    http2Server.on('stream', onStream);
-    return http2Server;
   };
 
   const sweep = () => {
@@ -160,7 +179,7 @@ export function guardServer(server: grpc.Server, options: GuardOptions): Guard {
   const timer = setInterval(sweep, interval);
   timer.unref();
 
-  return { close: () => clearInterval(timer) };
+  return { configure, watch, admit, receive, arrived, release, close: () => clearInterval(timer) };
 }
 
 /**

@@ -122,9 +122,7 @@ function statusSize(status: DescriptorStatus): number {
 }
 
 function limitSize(limit: NonNullable<DescriptorStatus['currentLimit']>): number {
-  let size = 1 + varintSize(clampUint32(limit.requestsPerUnit)) + 2;
-  if (limit.name !== undefined) size += stringSize(limit.name);
-  return size;
+  return 1 + varintSize(clampUint32(limit.requestsPerUnit)) + 2 + stringSize(limit.name);
 }
 
 function durationSize(ms: number): number {
@@ -150,7 +148,7 @@ function writeStatus(frame: Buffer, start: number, status: DescriptorStatus): nu
     at = varint(frame, at, clampUint32(limit.requestsPerUnit));
     frame[at++] = TAG_UNIT;
     frame[at++] = reportedUnits[limit.unit];
-    if (limit.name !== undefined) at = writeString(frame, at, TAG_NAME, limit.name);
+    at = writeString(frame, at, TAG_NAME, limit.name);
   }
   frame[at++] = TAG_LIMIT_REMAINING;
   at = varint(frame, at, clampUint32(status.limitRemaining));

@@ -2,17 +2,20 @@
  * The gRPC server: Envoy's RLS as a thin adapter over `decide`, plus grpc.health.v1 and server
  * reflection (so grpcurl and ghz need no proto file). The core knows nothing of gRPC.
  */
+import type { Socket } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import { HealthImplementation } from 'grpc-health-check';
 import type { Check, Decision, HeaderReader } from '../check.js';
 import {
   createRequestDecoder,
-  encodeResponse,
   type DecodedRequest,
   type RequestLimits,
   type ResponseHeader,
 } from './codec.js';
-import { guardServer, type GuardOptions } from './guard.js';
+import { createFastPath, SHOULD_RATE_LIMIT_PATH } from './fastPath.js';
+import { createGuard, type GuardOptions } from './guard.js';
+import { dispatchStreams, type StreamHandler } from './http2Dispatch.js';
+import { encodeResponseFrame } from './responseFrame.js';
 import { packageDefinition, rlsServiceName, shouldRateLimitMethod } from './protos.js';
 import { addReflection } from './reflection.js';
 import { toGrpcStatus } from './status.js';
@@ -42,6 +45,8 @@ export interface GrpcServerOptions {
    * fastPath.ts); every other method stays on grpc-js. Off by default.
    */
   fastPath?: boolean;
+  /** GRPC_CLIENT_TLS_SAN, which the fast path checks itself (grpc-js by an interceptor). */
+  clientSan?: string;
 }
 
 export interface GrpcServer {
@@ -57,6 +62,12 @@ export interface GrpcServer {
 }
 
 const healthServices = ['', rlsServiceName];
+/** grpc-js's receive limit when `grpc.max_receive_message_length` is not set. */
+const DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024;
+
+function noDelay(socket: Socket): void {
+  socket.setNoDelay(true);
+}
 
 /**
  * grpc-js logs to stderr itself; its lines go to `log` instead, so that they reach the service's
@@ -78,7 +89,36 @@ const metadataHeader: HeaderReader<grpc.Metadata> = (metadata, name) => {
 
 export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
   const server = new grpc.Server(options.serverOptions);
-  const guard = options.guard ? guardServer(server, options.guard) : undefined;
+  const guard = options.guard ? createGuard(options.guard) : undefined;
+  const decodeRequest = createRequestDecoder(options.limits);
+  const handlers = new Map<string, StreamHandler>();
+  if (options.fastPath) {
+    const maxReceive = options.serverOptions?.['grpc.max_receive_message_length'];
+    handlers.set(
+      SHOULD_RATE_LIMIT_PATH,
+      createFastPath({
+        decide: options.decide,
+        decodeRequest,
+        maxReceiveMessageBytes:
+          typeof maxReceive === 'number' ? maxReceive : DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
+        clientSan: options.clientSan,
+        guard,
+        onInternalError: options.onInternalError,
+        onInvalidRequest: options.onInvalidRequest,
+      }),
+    );
+  }
+  if (guard || handlers.size > 0) {
+    dispatchStreams(server, {
+      handlers,
+      onGrpcJsStream: guard?.watch,
+      configure: (http2Server) => {
+        guard?.configure(http2Server);
+        // Replies are small and go at once: Nagle's delay would only hold them back.
+        http2Server.on('connection', noDelay);
+      },
+    });
+  }
   const health = new HealthImplementation();
   const setServing = (serving: boolean): void => {
     for (const name of healthServices) health.setStatus(name, serving ? 'SERVING' : 'NOT_SERVING');
@@ -109,7 +149,7 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
       (decided) => {
         let bytes: Buffer;
         try {
-          bytes = encodeResponse(decided, decided.headers);
+          bytes = encodeResponseFrame(decided, decided.headers).subarray(5);
         } catch (error) {
           return fail(callback, error);
         }
@@ -124,7 +164,7 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
       ShouldRateLimit: {
         ...shouldRateLimitMethod,
         // A bad request decodes to a value, not a throw: grpc-js answers a throw with INTERNAL.
-        requestDeserialize: createRequestDecoder(options.limits),
+        requestDeserialize: decodeRequest,
         responseSerialize: (bytes: Buffer) => bytes,
       },
     },
