@@ -26,10 +26,11 @@ const text = fc.string({ unit: 'binary', maxLength: 300 });
 const status: fc.Arbitrary<DescriptorStatus> = fc.record(
   {
     code: fc.constantFrom('OK' as const, 'OVER_LIMIT' as const),
-    currentLimit: fc.record(
-      { requestsPerUnit: number, unit: fc.constantFrom(...units), name: text },
-      { requiredKeys: ['requestsPerUnit', 'unit'] },
-    ),
+    currentLimit: fc.record({
+      requestsPerUnit: number,
+      unit: fc.constantFrom(...units),
+      name: text,
+    }),
     limitRemaining: number,
     durationUntilResetMs: fc.oneof(number, fc.double({ min: 0, max: 1e7, noNaN: true })),
   },
