@@ -97,6 +97,12 @@ describe('readSettings defaults', () => {
     expect(readSettings({ GRPC_CALL_TIMEOUT: '2s' }).grpcServer.callTimeoutMs).toBe(2_000);
   });
 
+  it('serves ShouldRateLimit on the fast path unless GRPC_FAST_PATH is false', () => {
+    expect(readSettings({}).grpcServer.fastPath).toBe(true);
+    expect(readSettings({ GRPC_FAST_PATH: 'false' }).grpcServer.fastPath).toBe(false);
+    expect(() => readSettings({ GRPC_FAST_PATH: 'sometimes' })).toThrow(/GRPC_FAST_PATH/);
+  });
+
   it('reads HTTP_JSON in any case', () => {
     expect(readSettings({ HTTP_JSON: 'ON' }).http.json).toBe('on');
   });
