@@ -154,7 +154,7 @@ export function createFastPath(
     try {
       stream.respond(headers, respondOptions);
       if (frame === undefined) return;
-      stream.once('wantTrailers', sendOkTrailers);
+      stream.on('wantTrailers', sendOkTrailers);
       stream.end(frame);
     } catch (error) {
       options.onInternalError?.(error);
@@ -368,9 +368,10 @@ export function createFastPath(
       backlog: undefined,
     };
     (stream as CallStream)[CALL] = call;
+    // Each fires once: `on` spares the wrapper that `once` allocates.
     stream.on('data', onData);
-    stream.once('end', onEnd);
-    stream.once('close', onClose);
+    stream.on('end', onEnd);
+    stream.on('close', onClose);
 
     // The certificate first: grpc-js's interceptor refuses the call before its timeout is read.
     const { clientSan } = options;
