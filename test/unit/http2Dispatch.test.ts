@@ -1,4 +1,4 @@
-import http2 from 'node:http2';
+import type http2 from 'node:http2';
 import { describe, it, expect } from 'vitest';
 import * as grpc from '@grpc/grpc-js';
 import { dispatchStreams } from '../../src/grpc/http2Dispatch.js';
