@@ -126,8 +126,8 @@ function limitSize(limit: NonNullable<DescriptorStatus['currentLimit']>): number
 }
 
 function durationSize(ms: number): number {
-  const { seconds, nanos } = duration(ms);
-  return 1 + varintSize(seconds) + 1 + varintSize(nanos);
+  const whole = wholeMs(ms);
+  return 1 + varintSize(Math.floor(whole / 1000)) + 1 + varintSize((whole % 1000) * 1_000_000);
 }
 
 function headerSize(header: ResponseHeader): number {
@@ -153,13 +153,13 @@ function writeStatus(frame: Buffer, start: number, status: DescriptorStatus): nu
   frame[at++] = TAG_LIMIT_REMAINING;
   at = varint(frame, at, clampUint32(status.limitRemaining));
   if (status.durationUntilResetMs !== undefined) {
-    const { seconds, nanos } = duration(status.durationUntilResetMs);
+    const whole = wholeMs(status.durationUntilResetMs);
     frame[at++] = TAG_DURATION;
     at = varint(frame, at, durationSize(status.durationUntilResetMs));
     frame[at++] = TAG_SECONDS;
-    at = varint(frame, at, seconds);
+    at = varint(frame, at, Math.floor(whole / 1000));
     frame[at++] = TAG_NANOS;
-    at = varint(frame, at, nanos);
+    at = varint(frame, at, (whole % 1000) * 1_000_000);
   }
   return at;
 }
@@ -167,9 +167,21 @@ function writeStatus(frame: Buffer, start: number, status: DescriptorStatus): nu
 function writeString(frame: Buffer, start: number, tag: number, value: string): number {
   let at = start;
   frame[at++] = tag;
-  const bytes = Buffer.byteLength(value, 'utf8');
+  const bytes = utf8Length(value);
   at = varint(frame, at, bytes);
-  return at + frame.write(value, at, bytes, 'utf8');
+  if (bytes !== value.length) return at + frame.write(value, at, bytes, 'utf8');
+  // ASCII, as names and header values nearly always are: byte by byte beats a call into C++.
+  for (let i = 0; i < bytes; i++) frame[at + i] = value.charCodeAt(i);
+  return at + bytes;
+}
+
+/** Short ASCII text is counted here; anything else by Buffer.byteLength. */
+function utf8Length(value: string): number {
+  if (value.length > 256) return Buffer.byteLength(value, 'utf8');
+  for (let i = 0; i < value.length; i++) {
+    if (value.charCodeAt(i) >= 0x80) return Buffer.byteLength(value, 'utf8');
+  }
+  return value.length;
 }
 
 /** A length-delimited field of `size` bytes, with its one-byte tag and its length. */
@@ -178,18 +190,26 @@ function nested(size: number): number {
 }
 
 function stringSize(value: string): number {
-  return nested(Buffer.byteLength(value, 'utf8'));
+  return nested(utf8Length(value));
 }
 
 /** Varints of non-negative integers below 2^53, as protobufjs writes uint32 and int64 alike. */
 function varintSize(value: number): number {
-  let size = 1;
-  for (let rest = value; rest >= 0x80; rest = Math.floor(rest / 128)) size++;
+  if (value < 0x80) return 1;
+  if (value < 0x4000) return 2;
+  if (value < 0x200000) return 3;
+  if (value < 0x10000000) return 4;
+  let size = 5;
+  for (let rest = Math.floor(value / 2 ** 35); rest > 0; rest = Math.floor(rest / 128)) size++;
   return size;
 }
 
 function varint(frame: Buffer, start: number, value: number): number {
   let at = start;
+  if (value < 0x80) {
+    frame[at] = value;
+    return at + 1;
+  }
   let rest = value;
   while (rest >= 0x80) {
     frame[at++] = (rest % 128) | 0x80;
@@ -205,11 +225,13 @@ function code(value: string): number {
   return wire;
 }
 
+/** As protobufjs writes a uint32 from a number: whole, 0 for NaN and below, clamped above. */
 function clampUint32(value: number): number {
-  return Math.min(Math.max(Math.trunc(value), 0), UINT32_MAX);
+  return value > 0 ? Math.min(Math.trunc(value), UINT32_MAX) : 0;
 }
 
-function duration(ms: number): { seconds: number; nanos: number } {
-  const whole = Math.max(0, Math.ceil(ms));
-  return { seconds: Math.floor(whole / 1000), nanos: (whole % 1000) * 1_000_000 };
+/** A duration is whole milliseconds, rounded up: seconds and nanos follow from it. */
+function wholeMs(ms: number): number {
+  // protobufjs writes NaN and Infinity as 0; past 2^53 a number has no whole milliseconds left.
+  return Number.isFinite(ms) && ms > 0 ? Math.min(Math.ceil(ms), 2 ** 53) : 0;
 }

@@ -20,6 +20,7 @@ const number = fc.oneof(
   fc.constantFrom(0, 1, 127, 128, 16_383, 16_384, 2 ** 31, 2 ** 32 - 1, 2 ** 32, 2 ** 40),
   fc.integer({ min: 0, max: 2 ** 32 + 5 }),
   fc.double({ min: -10, max: 2 ** 45, noNaN: true }),
+  fc.constantFrom(Number.NaN, Number.POSITIVE_INFINITY, -1),
 );
 const text = fc.string({ unit: 'binary', maxLength: 300 });
 
