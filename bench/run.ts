@@ -27,7 +27,10 @@ import { VERSUS_READY, VERSUS_RULES_YAML, VERSUS_SCENARIOS } from './versusScena
 import { assertPerf, runPerf, type PerfEntry } from './perf.js';
 import { runScriptCost } from './scriptCost.js';
 import { runVariants } from './variants.js';
-import { runVersus } from './versus.js';
+import { runVersus, type AgainstBuild } from './versus.js';
+import { buildAgainst, parseAgainstRef } from './against.js';
+import { installNode, parseNodeVersion } from './runtime.js';
+import { BENCH_NODE, type NodeRuntime } from './services.js';
 
 /**
  * The bench, run by `npm run bench` (scripts/bench.mjs builds it and ghz first). Usage:
@@ -55,6 +58,8 @@ const { values } = parseArgs({
     'script-cost': { type: 'boolean', default: false },
     perf: { type: 'boolean', default: false },
     env: { type: 'string', multiple: true, default: [] },
+    node: { type: 'string' },
+    against: { type: 'string' },
     scenario: { type: 'string' },
     rps: { type: 'string' },
   },
@@ -66,6 +71,16 @@ if (!/^[\w.-]+$/.test(name)) throw new Error(`--out: '${name}' is not a plain fi
 if (!Number.isInteger(workers) || workers < 1) throw new Error('--workers: a whole number ≥ 1');
 const ghzBinary = process.env.BENCH_GHZ;
 if (!ghzBinary) throw new Error('BENCH_GHZ is unset: run the bench with npm run bench');
+
+if (values.against !== undefined && !values.versus) {
+  throw new Error('--against: only with --versus');
+}
+const againstRef = values.against === undefined ? undefined : parseAgainstRef(values.against);
+// Installed before anything starts, so that a failed install costs no measurement.
+const node: NodeRuntime =
+  values.node === undefined ? BENCH_NODE : installNode(repoRoot, parseNodeVersion(values.node));
+const against: AgainstBuild | undefined =
+  againstRef === undefined ? undefined : buildAgainst(repoRoot, againstRef);
 
 process.on('exit', killAllNow);
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
@@ -118,15 +133,19 @@ async function main(): Promise<number> {
     }
     redis = await startRedis();
     // First, on a fresh Redis: tollgate against envoyproxy/ratelimit, which operators ask first.
-    const versus = await runVersus(ghz, redis, repoRoot, benchDir, plan.versus);
-    const bare = await startBare(benchDir);
+    const versus = await runVersus(ghz, redis, repoRoot, benchDir, plan.versus, {
+      node,
+      admission: plan.admission,
+    });
+    const bare = await startBare(benchDir, 'grpc-js', node);
     const withRedis = await startTollgate({
       repoRoot,
       name: 'redis',
       redisUrl: redis.url,
       workers,
+      node,
     });
-    const inMemory = await startTollgate({ repoRoot, name: 'memory', workers: 1 });
+    const inMemory = await startTollgate({ repoRoot, name: 'memory', workers: 1, node });
     const everyService: Measured[] = [
       { service: bare },
       { service: withRedis, redis },
@@ -167,6 +186,7 @@ async function main(): Promise<number> {
         name: service.name,
         title: service.title,
         settings: service.settings,
+        ...(service.node ? { node: service.node } : {}),
       })),
       throughput,
       latency,
@@ -295,7 +315,12 @@ async function versusRun(): Promise<number> {
   let redis: RedisServer | undefined;
   try {
     redis = await startRedis();
-    const versus = await runVersus(ghz, redis, repoRoot, benchDir, plan.versus, tollgateEnv());
+    const versus = await runVersus(ghz, redis, repoRoot, benchDir, plan.versus, {
+      extraEnv: tollgateEnv(),
+      node,
+      ...(against ? { against } : {}),
+      admission: plan.admission,
+    });
     const targets = versusTargets(versus);
     const results = {
       name: values.out ?? `versus-${plan.mode}`,
