@@ -41,6 +41,13 @@ function admissionVerdict(check: AdmissionResult): string {
     : `no: ${check.limit - check.allowed} under`;
 }
 
+/** When `--node` ran the services on another Node than the bench's, which. */
+function servicesNode(services: { node?: string }[], benchNode: string): string {
+  const versions = [...new Set(services.flatMap((service) => service.node ?? []))];
+  const others = versions.filter((version) => version !== benchNode);
+  return others.length > 0 ? ` (the services: Node ${versions.join(', ')})` : '';
+}
+
 function duration(seconds: number): string {
   const whole = Math.round(seconds);
   return `${Math.floor(whole / 60)}m ${whole % 60}s`;
@@ -62,7 +69,7 @@ export function markdownReport(results: BenchResults, chartFile: string): string
   lines.push(
     '',
     `Machine: ${machine.cpuModel}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Linux ${machine.kernel}; ` +
-      `Node ${machine.node}, Redis ${machine.redis}, ghz ${machine.ghz}. ` +
+      `Node ${machine.node}${servicesNode(results.services, machine.node)}, Redis ${machine.redis}, ghz ${machine.ghz}. ` +
       `Load average ${machine.loadAverage.start.toFixed(2)} at the start, ${machine.loadAverage.end?.toFixed(2) ?? '?'} at the end. ` +
       'ghz, the services and Redis all share these cores; CPU is in % of one core.',
     '',
@@ -334,7 +341,7 @@ export function versusReport(
     `# tollgate against envoyproxy/ratelimit: ${results.name}`,
     '',
     `\`${results.command}\`, started ${results.startedAt}, took ${duration(results.durationSeconds)}. ` +
-      `Machine: ${machine.cpuModel}, ${machine.cores} cores; Node ${machine.node}, Redis ${machine.redis}, ghz ${machine.ghz}; ` +
+      `Machine: ${machine.cpuModel}, ${machine.cores} cores; Node ${machine.node}${servicesNode(results.versus.services, machine.node)}, Redis ${machine.redis}, ghz ${machine.ghz}; ` +
       `load average ${machine.loadAverage.start.toFixed(2)} at the start.`,
     '',
     ...targetsTable(results.targets),
@@ -471,6 +478,13 @@ function admissionRow(check: AdmissionResult): string {
   ]);
 }
 
+/** A ratio as `0.93×`, a count as a whole number. */
+function measured(target: BenchResults['targets'][number]): string {
+  if (target.value === null) return 'n/a';
+  if (target.target.includes('×')) return `${target.value.toFixed(2)}×`;
+  return Number.isInteger(target.value) ? String(target.value) : target.value.toFixed(2);
+}
+
 function targetsTable(targets: BenchResults['targets']): string[] {
   return [
     ...header(['target', 'goal', 'measured', 'met or missed', 'how']),
@@ -478,9 +492,7 @@ function targetsTable(targets: BenchResults['targets']): string[] {
       row([
         target.name,
         target.target,
-        target.value === null
-          ? 'n/a'
-          : `${target.value.toFixed(2)}${target.target.includes('×') ? '×' : ''}`,
+        measured(target),
         target.met ? 'met' : 'missed',
         target.note,
       ]),

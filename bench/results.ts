@@ -201,7 +201,7 @@ export function versusTargets(versus: VersusResults): Target[] {
     const reference = entries.find((entry) => entry.service === 'reference');
     const tollgate = entries.find((entry) => entry.service === JUDGED);
     if (!reference || !tollgate) continue;
-    targets.push(...scenarioTargets(scenario, reference, tollgate));
+    targets.push(...scenarioTargets(scenario, versus.costRps, reference, tollgate));
   }
   const check = versus.admission.find((result) => result.service === JUDGED);
   const theirs = versus.admission.find((result) => result.service === 'reference');
@@ -220,12 +220,12 @@ export function versusTargets(versus: VersusResults): Target[] {
 
 function scenarioTargets(
   scenario: string,
+  costRps: number,
   reference: VersusEntry,
   tollgate: VersusEntry,
 ): Target[] {
   const tierOf = (entry: VersusEntry, rps: number) =>
     entry.tiers.find((tier) => tier.offeredRps === rps);
-  const costRps = reference.cost?.offeredRps ?? 0;
   const targets: Target[] = [
     ratioTarget(
       `service CPU per decision at ${rate(costRps)} req/s, ${scenario}`,

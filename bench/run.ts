@@ -34,9 +34,13 @@ import { BENCH_NODE, type NodeRuntime } from './services.js';
 
 /**
  * The bench, run by `npm run bench` (scripts/bench.mjs builds it and ghz first). Usage:
- *   npm run bench [-- --quick] [--out NAME] [--workers N]
+ *   npm run bench [-- --quick] [--out NAME] [--workers N] [--node VERSION]
  * Writes bench/results/NAME.{json,md,svg}; NAME defaults to latest-full or latest-quick. Every
  * --quick run writes into .cache/bench-results/ instead, leaving the tracked results alone.
+ * `--node VERSION` runs the tollgates and the bare servers on that Node line (runtime.ts).
+ *   npm run bench -- --versus [--quick] [--out NAME] [--env NAME=VALUE] [--against GIT_REF] [--node VERSION]
+ * Writes bench/results/NAME.{md,json}: only the comparison with envoyproxy/ratelimit (versus.ts);
+ * `--against` adds another revision of tollgate as one more service (against.ts).
  *   npm run bench -- --profile [--scenario NAME] [--rps N] [--env NAME=VALUE]
  * Writes bench/results/profile-SCENARIO[-N]rps.{md,json}: where tollgate's CPU goes (see profileRun).
  *   npm run bench -- --perf [--scenario NAME] [--rps N]
@@ -162,11 +166,18 @@ async function main(): Promise<number> {
       admission.push(await checkAdmission(service, ghz, plan.admission));
     }
 
-    const variants = await runVariants(ghz, bare, redis, repoRoot, {
-      ...plan.variants,
-      concurrency: plan.throughput.concurrency,
-      connections: plan.throughput.connections,
-    });
+    const variants = await runVariants(
+      ghz,
+      bare,
+      redis,
+      repoRoot,
+      {
+        ...plan.variants,
+        concurrency: plan.throughput.concurrency,
+        connections: plan.throughput.connections,
+      },
+      node,
+    );
     const memory = [];
     for (const target of tollgates) {
       log(`memory: ${target.service.name}, ${plan.memory.seconds} s at ${plan.memory.rps} req/s`);
@@ -244,6 +255,7 @@ async function profileRun(): Promise<number> {
       workers: 1,
       nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${profileDir}`],
       env: tollgateEnv(),
+      node,
     });
     const load = {
       concurrency: plan.throughput.concurrency,
@@ -416,6 +428,7 @@ async function perfRun(): Promise<number> {
         workers: 1,
         rules: { yaml: VERSUS_RULES_YAML, ready: VERSUS_READY },
         env: { DEFAULT_ALGORITHM: 'fixed_window', REDIS_TIMEOUT: '15ms', ...tollgateEnv() },
+        node,
       }),
     ];
     const seconds = plan.mode === 'quick' ? 2 : 8;

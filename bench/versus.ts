@@ -91,6 +91,8 @@ export interface VersusResults {
     /** The version of the Node that ran it; absent for the reference (Go). */
     node?: string;
   }[];
+  /** The constant rate whose runs give the cost per decision. */
+  costRps: number;
   scenarios: VersusScenario[];
   /** The over-admission check on each service that decides in Redis. */
   admission: AdmissionResult[];
@@ -212,6 +214,7 @@ export async function runVersus(
         settings: service.settings,
         ...(service.node ? { node: service.node } : {}),
       })),
+      costRps: plan.costRps,
       scenarios,
       admission,
       runs,

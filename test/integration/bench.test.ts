@@ -124,6 +124,7 @@ describe('the comparison with envoyproxy/ratelimit', () => {
     const results: VersusResults = {
       services: [],
       runs: [],
+      costRps: 3_000,
       scenarios: [{ scenario: 'one-descriptor', title: '', entries: [reference, tollgate] }],
       admission: [admission('reference', 1_000), admission('tollgate-fixed', 1_000)],
     };
