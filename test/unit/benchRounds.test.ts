@@ -2,6 +2,10 @@ import { describe, expect, it } from 'vitest';
 import { againstDir, againstName, parseAgainstRef } from '../../bench/against.js';
 import { answeredInTime, GOODPUT_MS } from '../../bench/ghz.js';
 import type { RunResult } from '../../bench/measure.js';
+import { makePlan } from '../../bench/plan.js';
+import { versusReport } from '../../bench/report.js';
+import { versusTargets } from '../../bench/results.js';
+import type { VersusEntry, VersusResults } from '../../bench/versus.js';
 import { nodeBinary, nodeInstallDir, parseNodeVersion } from '../../bench/runtime.js';
 import {
   alternate,
@@ -93,6 +97,68 @@ describe('rounds', () => {
     ]);
     expect(closed.medianRps).toBe(4_500);
     expect(closed.redisUs).toBeCloseTo(200);
+  });
+});
+
+describe("the comparison's report", () => {
+  it("shows each tier's p99, goodput and errors, each service's Node, and the targets met or missed", () => {
+    const entry = (service: string, goodput: number): VersusEntry => ({
+      service,
+      closedLoop: summarizeClosedLoop([run({}), run({})]),
+      cost: costOf(run({})),
+      tiers: [{ ...summarizeTier(3_000, [run({})]), goodput, verdict: 'ok' }],
+      breakRps: null,
+    });
+    const versus: VersusResults = {
+      services: [
+        { name: 'reference', title: 'the reference', redisTimeout: '10s', settings: {} },
+        {
+          name: 'tollgate@0123456',
+          title: 'tollgate at main',
+          redisTimeout: '15ms',
+          settings: {},
+          node: 'v24.1.0',
+        },
+      ],
+      costRps: 3_000,
+      scenarios: [
+        {
+          scenario: 'one-descriptor',
+          title: 'one descriptor',
+          entries: [entry('reference', 0.9995), entry('tollgate-fixed', 0.99)],
+        },
+      ],
+      admission: [],
+      runs: [],
+    };
+    const text = versusReport({
+      name: 'versus-quick',
+      mode: 'quick',
+      command: 'npm run bench -- --versus --quick',
+      startedAt: '2026-12-01T00:00:00.000Z',
+      durationSeconds: 120,
+      machine: {
+        cpuModel: 'cpu',
+        cores: 2,
+        memoryGiB: 4,
+        kernel: '6',
+        node: 'v22.0.0',
+        redis: '7',
+        ghz: 'v0.121.0',
+        loadAverage: { start: 1, end: 1 },
+      },
+      plan: makePlan('quick'),
+      versus,
+      targets: versusTargets(versus),
+    });
+    expect(text).toContain('(the services: Node v24.1.0)');
+    expect(text).toContain('| tollgate at main | 15ms | v24.1.0 |');
+    expect(text).toContain('| the reference | 10s | — (Go) |');
+    expect(text).toContain('0.50 / 2.00, 99.95%, 0 errors');
+    expect(text).toContain('0.50 / 2.00, 99.00%, 0 errors');
+    expect(text).toMatch(/\| goodput within 20 ms, [^|]+ \| ≥ 1\.00× \| 0\.99× \| missed \|/);
+    expect(text).toMatch(/\| p99 at 3,000 req\/s, one-descriptor \| ≤ 1\.00× \| 1\.00× \| met \|/);
+    expect(text).toMatch(/\| exactness: [^|]+ \| = 1\.00 \| n\/a \| missed \|/);
   });
 });
 
