@@ -143,11 +143,13 @@ export function missingFields(results: BenchResults): string[] {
     for (const entry of entries) {
       const where = `versus.${scenario}.${entry.service}`;
       entry.tiers.forEach((tier, i) => number(`${where}.tiers[${i}].goodput`, tier.goodput));
+      // A service that broke below the cost tier has no cost to report, which is a result.
+      const reachedCost = entry.tiers.some((tier) => tier.offeredRps === results.versus.costRps);
+      if (reachedCost) number(`${where}.cost.serviceUs`, entry.cost?.serviceUs);
       if (entry.floor) continue;
       number(`${where}.medianRps`, entry.closedLoop.medianRps);
       number(`${where}.closedLoop.redisUs`, entry.closedLoop.redisUs);
-      number(`${where}.cost.serviceUs`, entry.cost?.serviceUs);
-      number(`${where}.cost.redisUs`, entry.cost?.redisUs);
+      if (reachedCost) number(`${where}.cost.redisUs`, entry.cost?.redisUs);
     }
   }
   if (results.versus.admission.length === 0) problems.push('versus.admission: not run');
