@@ -1,13 +1,13 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { AgainstBuild } from './versus.js';
 
 /**
  * `--against GIT_REF`: another revision of tollgate, measured beside the working tree in the same
  * run, so that a change's cost shows before it lands. The revision is exported with `git archive`
- * into .cache/against/SHA/ (no worktree, so nothing outside .cache/ to clean up), installed with
- * `npm ci` and built there, once per commit.
+ * into .cache/against/SHA/ (no worktree, so nothing outside .cache/ to clean up), given its
+ * dependencies and built there, once per commit.
  */
 
 /**
@@ -48,6 +48,30 @@ function run(command: string, args: string[], cwd: string): string {
   return result.stdout.trim();
 }
 
+/**
+ * The working tree's node_modules, linked file by file (`cp -al`, no copy of the bytes) when the
+ * revision locks the same dependencies; `npm ci` otherwise.
+ */
+function installDependencies(repoRoot: string, root: string): void {
+  const lock = (dir: string) => {
+    const path = join(dir, 'package-lock.json');
+    return existsSync(path) ? readFileSync(path, 'utf8') : undefined;
+  };
+  const mine = lock(repoRoot);
+  if (mine !== undefined && mine === lock(root) && existsSync(join(repoRoot, 'node_modules'))) {
+    const linked = spawnSync(
+      'cp',
+      ['-al', join(repoRoot, 'node_modules'), join(root, 'node_modules')],
+      {
+        stdio: ['ignore', 'ignore', 'inherit'],
+      },
+    );
+    if (linked.status === 0) return;
+    rmSync(join(root, 'node_modules'), { recursive: true, force: true });
+  }
+  run('npm', ['ci', '--prefer-offline', '--no-audit', '--no-fund'], root);
+}
+
 export function buildAgainst(repoRoot: string, ref: string): AgainstBuild {
   const sha = run(
     'git',
@@ -67,7 +91,7 @@ export function buildAgainst(repoRoot: string, ref: string): AgainstBuild {
   } finally {
     rmSync(archive, { force: true });
   }
-  run('npm', ['ci', '--prefer-offline', '--no-audit', '--no-fund'], root);
+  installDependencies(repoRoot, root);
   run('npm', ['run', 'build'], root);
   writeFileSync(join(root, READY), `${sha}\n`);
   return build;
