@@ -1,7 +1,13 @@
 import type { Ghz } from './ghz.js';
 import type { Plan } from './plan.js';
 import { check, openClients } from './rlsClient.js';
-import { ADMISSION_DESCRIPTOR, ADMISSION_LIMIT, DOMAIN, HEADLINE } from './scenarios.js';
+import {
+  ADMISSION_DESCRIPTOR,
+  ADMISSION_LIMIT,
+  DOMAIN,
+  HEADLINE,
+  type Scenario,
+} from './scenarios.js';
 import type { Service } from './services.js';
 
 /**
@@ -24,15 +30,29 @@ export interface AdmissionResult {
   overAdmitted: boolean;
 }
 
+/** The bench's own rules by default; the comparison's rules name requests of their own. */
+export interface AdmissionRequests {
+  /** The request to the key limited to ADMISSION_LIMIT. */
+  request: Scenario['request'];
+  /** The load ghz sends meanwhile. */
+  load: Scenario['request'];
+}
+
+const BENCH_REQUESTS: AdmissionRequests = {
+  request: { domain: DOMAIN, descriptors: [{ entries: [ADMISSION_DESCRIPTOR] }] },
+  load: HEADLINE.request,
+};
+
 export async function checkAdmission(
   service: Service,
   ghz: Ghz,
   plan: Plan['admission'],
+  requests: AdmissionRequests = BENCH_REQUESTS,
 ): Promise<AdmissionResult> {
   const background = ghz
     .run({
       address: service.address,
-      request: HEADLINE.request,
+      request: requests.load,
       seconds: plan.loadSeconds,
       concurrency: 20,
       connections: 2,
@@ -46,7 +66,7 @@ export async function checkAdmission(
   // Let the background load get going first.
   await new Promise((resolve) => setTimeout(resolve, 300));
   const clients = openClients(service.address, plan.channels);
-  const request = { domain: DOMAIN, descriptors: [{ entries: [ADMISSION_DESCRIPTOR] }] };
+  const { request } = requests;
   let allowed = 0;
   let denied = 0;
   const failed: Record<string, number> = {};

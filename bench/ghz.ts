@@ -27,6 +27,18 @@ export interface GhzResult {
   latencyMs: { p50: number; p95: number; p99: number; max: number; mean: number } | null;
   /** ghz's own CPU time, user + system, in seconds. */
   cpuSeconds: number;
+  /** Calls answered OK within GOODPUT_MS, from ghz's per-call details (see answeredInTime). */
+  answeredInTime: number;
+}
+
+/** Envoy's default timeout for a rate-limit call: a later answer is as good as none. */
+export const GOODPUT_MS = 20;
+
+/** One call as ghz's JSON report details it; latency in nanoseconds. */
+export interface GhzCall {
+  latency: number;
+  status: string;
+  error?: string;
 }
 
 interface GhzReport {
@@ -37,6 +49,7 @@ interface GhzReport {
   statusCodeDistribution?: Record<string, number>;
   errorDistribution?: Record<string, number>;
   latencyDistribution?: { percentage: number; latency: number }[] | null;
+  details?: GhzCall[] | null;
 }
 
 export const CALL = 'envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit';
@@ -112,6 +125,20 @@ function byMessage(errors: Record<string, number>): Record<string, number> {
   return merged;
 }
 
+/**
+ * How many calls were answered OK within `withinMs`, counted call by call. ghz details at most
+ * its first million calls of a run; the calls past those are counted as not answered in time, so
+ * the count is exact or, on a longer run, low.
+ */
+export function answeredInTime(calls: readonly GhzCall[], withinMs: number): number {
+  const limit = withinMs * 1e6;
+  let count = 0;
+  for (const call of calls) {
+    if (call.status === 'OK' && !call.error && call.latency <= limit) count += 1;
+  }
+  return count;
+}
+
 function summarize(report: GhzReport, wallSeconds: number, cpuSeconds: number): GhzResult {
   const percentile = (p: number) =>
     report.latencyDistribution?.find((entry) => entry.percentage === p)?.latency;
@@ -134,5 +161,6 @@ function summarize(report: GhzReport, wallSeconds: number, cpuSeconds: number): 
     errors: byMessage(report.errorDistribution ?? {}),
     latencyMs,
     cpuSeconds,
+    answeredInTime: answeredInTime(report.details ?? [], GOODPUT_MS),
   };
 }

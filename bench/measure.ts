@@ -27,6 +27,8 @@ export interface RunResult {
   statusCodes: Counts;
   errors: Counts;
   errorRate: number;
+  /** Calls answered OK within Envoy's default 20 ms timeout (ghz.ts, GOODPUT_MS). */
+  answeredInTime: number;
   /** Percent of one core over the run. */
   cpu: { service: number; redis: number | null; ghz: number };
   /**
@@ -91,6 +93,7 @@ export async function measure(
     statusCodes: result.statusCodes,
     errors: result.errors,
     errorRate: result.count > 0 ? (result.count - ok) / result.count : 1,
+    answeredInTime: result.answeredInTime,
     cpu: {
       service: percent(serviceCpu),
       redis:

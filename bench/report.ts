@@ -1,4 +1,5 @@
 import type { AdmissionResult } from './admission.js';
+import { GOODPUT_MS } from './ghz.js';
 import type { RunResult } from './measure.js';
 import type { BenchResults } from './results.js';
 import { HEADLINE } from './scenarios.js';
@@ -40,6 +41,13 @@ function admissionVerdict(check: AdmissionResult): string {
     : `no: ${check.limit - check.allowed} under`;
 }
 
+/** When `--node` ran the services on another Node than the bench's, which. */
+function servicesNode(services: { node?: string }[], benchNode: string): string {
+  const versions = [...new Set(services.flatMap((service) => service.node ?? []))];
+  const others = versions.filter((version) => version !== benchNode);
+  return others.length > 0 ? ` (the services: Node ${versions.join(', ')})` : '';
+}
+
 function duration(seconds: number): string {
   const whole = Math.round(seconds);
   return `${Math.floor(whole / 60)}m ${whole % 60}s`;
@@ -61,7 +69,7 @@ export function markdownReport(results: BenchResults, chartFile: string): string
   lines.push(
     '',
     `Machine: ${machine.cpuModel}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Linux ${machine.kernel}; ` +
-      `Node ${machine.node}, Redis ${machine.redis}, ghz ${machine.ghz}. ` +
+      `Node ${machine.node}${servicesNode(results.services, machine.node)}, Redis ${machine.redis}, ghz ${machine.ghz}. ` +
       `Load average ${machine.loadAverage.start.toFixed(2)} at the start, ${machine.loadAverage.end?.toFixed(2) ?? '?'} at the end. ` +
       'ghz, the services and Redis all share these cores; CPU is in % of one core.',
     '',
@@ -217,19 +225,7 @@ export function markdownReport(results: BenchResults, chartFile: string): string
       `${plan.admission.channels} connections, go to one key allowed ${results.admission[0]?.limit ?? '?'} a day; the allowed answers are counted by the harness's own gRPC client.`,
     '',
     ...header(['service', 'limit', 'requests', 'allowed', 'denied', 'failed', 'exactly the limit']),
-    ...results.admission.map((check) =>
-      row([
-        check.service,
-        check.limit,
-        check.requests,
-        check.allowed,
-        check.denied,
-        Object.entries(check.failed)
-          .map(([code, count]) => `${code} ${count}`)
-          .join(', ') || '0',
-        admissionVerdict(check),
-      ]),
-    ),
+    ...results.admission.map(admissionRow),
     '',
     '## Levers',
     '',
@@ -345,7 +341,7 @@ export function versusReport(
     `# tollgate against envoyproxy/ratelimit: ${results.name}`,
     '',
     `\`${results.command}\`, started ${results.startedAt}, took ${duration(results.durationSeconds)}. ` +
-      `Machine: ${machine.cpuModel}, ${machine.cores} cores; Node ${machine.node}, Redis ${machine.redis}, ghz ${machine.ghz}; ` +
+      `Machine: ${machine.cpuModel}, ${machine.cores} cores; Node ${machine.node}${servicesNode(results.versus.services, machine.node)}, Redis ${machine.redis}, ghz ${machine.ghz}; ` +
       `load average ${machine.loadAverage.start.toFixed(2)} at the start.`,
     '',
     ...targetsTable(results.targets),
@@ -364,20 +360,28 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
     `The reference's own server and tollgate, one after another on the same Redis and rules; ` +
       `${plan.versus.concurrency} concurrent calls on ${plan.versus.connections} connections. ` +
       `Closed loop: ${plan.versus.closedSeconds} s runs, ${plan.versus.rounds} rounds alternating the services. ` +
-      `Constant rates: ${plan.versus.tierSeconds} s per tier, each service up to one tier past its break ` +
-      '(over 1% errors, or under 95% of the offered rate). CPU per decision is from /proc at ' +
-      `${plan.versus.costRps} req/s; Redis commands per request, and the time Redis spent executing them, from INFO commandstats, a script's inner commands included; the rest of Redis's CPU reads, parses and answers the calls. ` +
+      `Constant rates: ${plan.versus.tierSeconds} s runs, ${plan.versus.tierRounds} rounds per tier alternating the services (A B C, A B C), ` +
+      'each service up to one tier past its break (over 1% errors, or under 95% of the offered rate, over its rounds); ' +
+      "p50 and p99 are the medians of the rounds', errors and goodput count every call of every round. " +
+      `Goodput is the share of calls answered OK within ${GOODPUT_MS} ms, Envoy's default timeout for a rate-limit call, counted call by call; a failed call is never in time. ` +
+      `CPU per decision is from /proc, the median of the rounds' at ${plan.versus.costRps} req/s, and in the closed loop; Redis commands per request, and the time Redis spent executing them, from INFO commandstats, a script's inner commands included; the rest of Redis's CPU reads, parses and answers the calls. ` +
       "The targets compare tollgate with fixed windows, the reference's semantics. " +
       'Two floors with no Redis and no work run the constant rates up to the cost tier: a bare grpc-js server, ' +
       "and Node's http2 module with the gRPC framing written by hand.",
     '',
-    ...header(['service', 'REDIS_TIMEOUT']),
-    ...versus.services.map((service) => row([service.title, service.redisTimeout])),
+    ...header(['service', 'REDIS_TIMEOUT', 'Node']),
+    ...versus.services.map((service) =>
+      row([service.title, service.redisTimeout, service.node ?? '— (Go)']),
+    ),
   ];
   for (const { scenario, title, entries } of versus.scenarios) {
     const reference = entries.find((entry) => entry.service === 'reference');
     const ratio = (mine: number | undefined | null, theirs: number | undefined | null) =>
       mine === undefined || mine === null || !theirs ? '' : ` (${(mine / theirs).toFixed(2)}×)`;
+    const micros = (mine: number | undefined, theirs: number | undefined) =>
+      mine === undefined || !Number.isFinite(mine)
+        ? 'n/a'
+        : `${mine.toFixed(0)}${ratio(mine, theirs)}`;
     lines.push(
       '',
       `### ${title}`,
@@ -385,9 +389,10 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
       ...header([
         'service',
         'closed loop req/s',
-        'service CPU µs/decision',
-        'Redis CPU µs/decision',
+        `service CPU µs/decision at ${rps(plan.versus.costRps)} req/s`,
+        `Redis CPU µs/decision at ${rps(plan.versus.costRps)} req/s`,
         'of which executing commands',
+        'Redis CPU µs/decision, closed loop',
         'Redis commands/request',
         'script calls/request',
       ]),
@@ -401,13 +406,10 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
           entry.floor
             ? none
             : `${rps(entry.closedLoop.medianRps)}${ratio(entry.closedLoop.medianRps, reference?.closedLoop.medianRps)}`,
-          cost
-            ? `${cost.serviceUs.toFixed(0)}${ratio(cost.serviceUs, reference?.cost?.serviceUs)}`
-            : 'n/a',
-          cost && !entry.floor
-            ? `${cost.redisUs.toFixed(0)}${ratio(cost.redisUs, reference?.cost?.redisUs)}`
-            : none,
+          cost ? micros(cost.serviceUs, reference?.cost?.serviceUs) : 'n/a',
+          cost && !entry.floor ? micros(cost.redisUs, reference?.cost?.redisUs) : none,
           cost && !entry.floor ? `${(cost.redisExecutionUs ?? NaN).toFixed(1)}` : none,
+          entry.floor ? none : micros(entry.closedLoop.redisUs, reference?.closedLoop.redisUs),
           cost && !entry.floor ? cost.commandsPerRequest.toFixed(2) : none,
           cost && !entry.floor ? cost.scriptCallsPerRequest.toFixed(2) : none,
         ]),
@@ -416,9 +418,9 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
     const rates = [...new Set(entries.flatMap((entry) => entry.tiers.map((t) => t.offeredRps)))];
     lines.push(
       '',
-      `p50 / p99 in ms, and errors, at constant rates (${scenario}):`,
+      `p50 / p99 in ms, goodput within ${GOODPUT_MS} ms, and errors, at constant rates (${scenario}):`,
       '',
-      ...header(['service', ...rates.map((r) => `${r} req/s`)]),
+      ...header(['service', ...rates.map((r) => `${rps(r)} req/s`)]),
     );
     for (const entry of entries) {
       lines.push(
@@ -429,24 +431,69 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
             if (!tier) return '';
             const ms = (v: number | null) => (v === null ? 'n/a' : v.toFixed(2));
             const mark = tier.verdict === 'ok' ? '' : ` (${tier.verdict})`;
-            return `${ms(tier.p50)} / ${ms(tier.p99)}, ${tier.errors} errors${mark}`;
+            return `${ms(tier.p50)} / ${ms(tier.p99)}, ${goodput(tier.goodput)}, ${tier.errors} errors${mark}`;
           }),
         ]),
       );
     }
   }
+  if (versus.admission.length > 0) {
+    lines.push(
+      '',
+      '### No over-admission',
+      '',
+      `While ghz loads the service, concurrent requests go to one key of its own allowed ${versus.admission[0]!.limit} a day.`,
+      '',
+      ...header([
+        'service',
+        'limit',
+        'requests',
+        'allowed',
+        'denied',
+        'failed',
+        'exactly the limit',
+      ]),
+      ...versus.admission.map(admissionRow),
+    );
+  }
   return lines;
+}
+
+/** Goodput as a percentage, with the decimals that tell 99.99% from 100%. */
+function goodput(share: number): string {
+  return `${(100 * share).toFixed(2)}%`;
+}
+
+function admissionRow(check: AdmissionResult): string {
+  return row([
+    check.service,
+    check.limit,
+    check.requests,
+    check.allowed,
+    check.denied,
+    Object.entries(check.failed)
+      .map(([code, count]) => `${code} ${count}`)
+      .join(', ') || '0',
+    admissionVerdict(check),
+  ]);
+}
+
+/** A ratio as `0.93×`, a count as a whole number. */
+function measured(target: BenchResults['targets'][number]): string {
+  if (target.value === null) return 'n/a';
+  if (target.target.includes('×')) return `${target.value.toFixed(2)}×`;
+  return Number.isInteger(target.value) ? String(target.value) : target.value.toFixed(2);
 }
 
 function targetsTable(targets: BenchResults['targets']): string[] {
   return [
-    ...header(['target', 'goal', 'this run', 'met', 'how']),
+    ...header(['target', 'goal', 'measured', 'met or missed', 'how']),
     ...targets.map((target) =>
       row([
         target.name,
         target.target,
-        target.value === null ? 'n/a' : target.value.toFixed(2),
-        target.met ? 'yes' : 'no',
+        measured(target),
+        target.met ? 'met' : 'missed',
         target.note,
       ]),
     ),

@@ -2,7 +2,7 @@ import type { AdmissionResult } from './admission.js';
 import type { Machine } from './machine.js';
 import type { MemoryRun } from './memory.js';
 import type { VariantResult } from './variants.js';
-import type { VersusResults } from './versus.js';
+import type { VersusEntry, VersusResults } from './versus.js';
 import type { RunResult } from './measure.js';
 import { BREAK, type Plan } from './plan.js';
 import type { LatencySeries, ScenarioRuns, ThroughputService } from './series.js';
@@ -17,7 +17,7 @@ export interface BenchResults {
   machine: Machine;
   plan: Plan;
   breakCriteria: typeof BREAK;
-  services: { name: string; title: string; settings: Record<string, string> }[];
+  services: { name: string; title: string; settings: Record<string, string>; node?: string }[];
   throughput: { runs: RunResult[]; services: ThroughputService[] };
   latency: LatencySeries[];
   scenarios: ScenarioRuns[];
@@ -140,12 +140,19 @@ export function missingFields(results: BenchResults): string[] {
   if (results.versus.scenarios.length === 0) problems.push('versus: not run');
   results.versus.runs.forEach((run, i) => checkRun(`versus.runs[${i}]`, run));
   for (const { scenario, entries } of results.versus.scenarios) {
-    for (const entry of entries.filter((candidate) => !candidate.floor)) {
-      number(`versus.${scenario}.${entry.service}.medianRps`, entry.closedLoop.medianRps);
-      number(`versus.${scenario}.${entry.service}.cost.serviceUs`, entry.cost?.serviceUs);
-      number(`versus.${scenario}.${entry.service}.cost.redisUs`, entry.cost?.redisUs);
+    for (const entry of entries) {
+      const where = `versus.${scenario}.${entry.service}`;
+      entry.tiers.forEach((tier, i) => number(`${where}.tiers[${i}].goodput`, tier.goodput));
+      // A service that broke below the cost tier has no cost to report, which is a result.
+      const reachedCost = entry.tiers.some((tier) => tier.offeredRps === results.versus.costRps);
+      if (reachedCost) number(`${where}.cost.serviceUs`, entry.cost?.serviceUs);
+      if (entry.floor) continue;
+      number(`${where}.medianRps`, entry.closedLoop.medianRps);
+      number(`${where}.closedLoop.redisUs`, entry.closedLoop.redisUs);
+      if (reachedCost) number(`${where}.cost.redisUs`, entry.cost?.redisUs);
     }
   }
+  if (results.versus.admission.length === 0) problems.push('versus.admission: not run');
   if (results.admission.length === 0) problems.push('admission: not run');
   for (const check of results.admission)
     number(`admission.${check.service}.allowed`, check.allowed);
@@ -155,65 +162,172 @@ export function missingFields(results: BenchResults): string[] {
   return problems;
 }
 
-/** The targets against envoyproxy/ratelimit, per scenario: tollgate with fixed windows ÷ it. */
+/** A ratio of two figures, or null when either is missing or the divisor is not positive. */
+function ratioOf(
+  mine: number | null | undefined,
+  theirs: number | null | undefined,
+): number | null {
+  if (mine === null || mine === undefined || theirs === null || theirs === undefined) return null;
+  if (!Number.isFinite(mine) || !Number.isFinite(theirs) || !(theirs > 0)) return null;
+  return mine / theirs;
+}
+
+const share = (value: number | undefined) =>
+  value === undefined || !Number.isFinite(value) ? 'n/a' : `${(100 * value).toFixed(2)}%`;
+const rate = (rps: number) => rps.toLocaleString('en-US');
+
+/** A target met when the ratio is within `goal` (at most, or at least), and missed otherwise. */
+function ratioTarget(
+  name: string,
+  ratio: number | null,
+  goal: { atMost: number } | { atLeast: number },
+  note: string,
+): Target {
+  const met = ratio !== null && ('atMost' in goal ? ratio <= goal.atMost : ratio >= goal.atLeast);
+  const target =
+    'atMost' in goal ? `≤ ${goal.atMost.toFixed(2)}×` : `≥ ${goal.atLeast.toFixed(2)}×`;
+  return { name, target, value: ratio, met, note };
+}
+
+/** The tollgate the targets judge: the working tree with fixed windows. */
+export const JUDGED = 'tollgate-fixed';
+
+/**
+ * The brief's targets against envoyproxy/ratelimit, each a ratio to the reference in the same
+ * run, per scenario (one and three descriptors), for tollgate with fixed windows; then
+ * exactness, from the over-admission check.
+ */
 export function versusTargets(versus: VersusResults): Target[] {
   const targets: Target[] = [];
   for (const { scenario, entries } of versus.scenarios) {
     const reference = entries.find((entry) => entry.service === 'reference');
-    const tollgate = entries.find((entry) => entry.service === 'tollgate-fixed');
+    const tollgate = entries.find((entry) => entry.service === JUDGED);
     if (!reference || !tollgate) continue;
-    const ratio = (a: number | undefined, b: number | undefined) =>
-      a === undefined || b === undefined || !(b > 0) ? null : a / b;
-    const cpu = ratio(tollgate.cost?.serviceUs, reference.cost?.serviceUs);
-    const redisCpu = ratio(tollgate.cost?.redisUs, reference.cost?.redisUs);
-    targets.push(
-      {
-        name: `service CPU per decision ÷ reference, ${scenario}`,
-        target: '≤ 0.80',
-        value: cpu,
-        met: cpu !== null && cpu <= 0.8,
-        note: `at ${reference.cost?.offeredRps ?? '?'} req/s: ${us(tollgate.cost?.serviceUs)} against ${us(reference.cost?.serviceUs)}`,
-      },
-      {
-        name: `Redis CPU per decision ÷ reference, ${scenario}`,
-        target: '≤ 0.50',
-        value: redisCpu,
-        met: redisCpu !== null && redisCpu <= 0.5,
-        note: `${us(tollgate.cost?.redisUs)} against ${us(reference.cost?.redisUs)}; Redis commands per request ${fixed(tollgate.cost?.commandsPerRequest)} against ${fixed(reference.cost?.commandsPerRequest)}`,
-      },
-    );
-    const tiersCompared = [1_000, 2_000, 3_000].map((rps) => ({
-      rps,
-      mine: tollgate.tiers.find((tier) => tier.offeredRps === rps)?.p99 ?? undefined,
-      theirs: reference.tiers.find((tier) => tier.offeredRps === rps)?.p99 ?? undefined,
-    }));
-    const p99Ratios = tiersCompared.map(({ mine, theirs }) => ratio(mine, theirs));
-    const worst = p99Ratios.some((r) => r === null) ? null : Math.max(...(p99Ratios as number[]));
-    targets.push({
-      name: `p99 ÷ reference at 1,000, 2,000 and 3,000 req/s, ${scenario}`,
-      target: '≤ 1.00',
-      value: worst,
-      met: worst !== null && worst <= 1,
-      note: tiersCompared
-        .map(({ rps, mine, theirs }) => `${rps}: ${fixed(mine)} against ${fixed(theirs)} ms`)
-        .join('; '),
-    });
-    const below = tollgate.tiers.filter(
-      (tier) => reference.breakRps === null || tier.offeredRps < reference.breakRps,
-    );
-    const errors = below.reduce((sum, tier) => sum + tier.errors, 0);
-    targets.push({
-      name: `errors below the reference's break, ${scenario}`,
-      target: '0',
-      value: errors,
-      met: errors === 0 && below.length > 0,
-      note:
-        reference.breakRps === null
-          ? `the reference did not break up to ${Math.max(...reference.tiers.map((t) => t.offeredRps))} req/s`
-          : `the reference broke at ${reference.breakRps} req/s; tollgate's tiers below it: ${below.map((t) => t.offeredRps).join(', ')}`,
-    });
+    targets.push(...scenarioTargets(scenario, versus.costRps, reference, tollgate));
   }
+  const check = versus.admission.find((result) => result.service === JUDGED);
+  const theirs = versus.admission.find((result) => result.service === 'reference');
+  targets.push({
+    name: 'exactness: requests allowed on one key under load',
+    target: `= the limit, ${(check ?? theirs)?.limit ?? '?'}`,
+    value: check ? check.allowed : null,
+    met: check?.exact ?? false,
+    note: check
+      ? `${check.allowed} of ${check.requests} concurrent requests allowed` +
+        (theirs ? `; the reference allowed ${theirs.allowed}` : '')
+      : 'the over-admission check was not run',
+  });
   return targets;
+}
+
+function scenarioTargets(
+  scenario: string,
+  costRps: number,
+  reference: VersusEntry,
+  tollgate: VersusEntry,
+): Target[] {
+  const tierOf = (entry: VersusEntry, rps: number) =>
+    entry.tiers.find((tier) => tier.offeredRps === rps);
+  const targets: Target[] = [
+    ratioTarget(
+      `service CPU per decision at ${rate(costRps)} req/s, ${scenario}`,
+      ratioOf(tollgate.cost?.serviceUs, reference.cost?.serviceUs),
+      { atMost: 0.8 },
+      `${us(tollgate.cost?.serviceUs)} against ${us(reference.cost?.serviceUs)}`,
+    ),
+    ratioTarget(
+      `Redis CPU per decision at ${rate(costRps)} req/s, ${scenario}`,
+      ratioOf(tollgate.cost?.redisUs, reference.cost?.redisUs),
+      { atMost: 1 },
+      `${us(tollgate.cost?.redisUs)} against ${us(reference.cost?.redisUs)}; Redis commands per request ${fixed(tollgate.cost?.commandsPerRequest)} against ${fixed(reference.cost?.commandsPerRequest)}`,
+    ),
+    ratioTarget(
+      `Redis CPU per decision, closed loop, ${scenario}`,
+      ratioOf(tollgate.closedLoop.redisUs, reference.closedLoop.redisUs),
+      { atMost: 0.5 },
+      `${us(tollgate.closedLoop.redisUs)} against ${us(reference.closedLoop.redisUs)}`,
+    ),
+  ];
+  for (const rps of [1_000, 2_000, 3_000]) {
+    const mine = tierOf(tollgate, rps);
+    const theirs = tierOf(reference, rps);
+    targets.push(
+      ratioTarget(
+        `p99 at ${rate(rps)} req/s, ${scenario}`,
+        ratioOf(mine?.p99, theirs?.p99),
+        { atMost: 1 },
+        mine && theirs
+          ? `${fixed(mine.p99)} against ${fixed(theirs.p99)} ms, medians of ${mine.p99Rounds.length} and ${theirs.p99Rounds.length} rounds`
+          : 'the tier was not run',
+      ),
+    );
+  }
+  targets.push(
+    goodputTarget(scenario, reference, tollgate),
+    errorsTarget(scenario, reference, tollgate),
+  );
+  targets.push(
+    ratioTarget(
+      `closed-loop throughput, ${scenario}`,
+      ratioOf(tollgate.closedLoop.medianRps, reference.closedLoop.medianRps),
+      { atLeast: 1 },
+      `${rate(Math.round(tollgate.closedLoop.medianRps))} against ${rate(Math.round(reference.closedLoop.medianRps))} req/s, medians`,
+    ),
+  );
+  return targets;
+}
+
+/** The tiers the reference ran up to its break, the break included; all of them if none. */
+function upToBreak(reference: VersusEntry): number[] {
+  return reference.tiers
+    .filter((tier) => reference.breakRps === null || tier.offeredRps <= reference.breakRps)
+    .map((tier) => tier.offeredRps);
+}
+
+/** Goodput at least the reference's at every tier up to its break: the lowest ratio is judged. */
+function goodputTarget(scenario: string, reference: VersusEntry, tollgate: VersusEntry): Target {
+  const compared = upToBreak(reference).map((rps) => ({
+    rps,
+    mine: tollgate.tiers.find((tier) => tier.offeredRps === rps)?.goodput,
+    theirs: reference.tiers.find((tier) => tier.offeredRps === rps)?.goodput,
+  }));
+  // A tier where the reference answered nothing in time holds no bar to clear.
+  const ratios = compared
+    .filter(({ theirs }) => theirs !== 0)
+    .map(({ mine, theirs }) => ratioOf(mine ?? 0, theirs));
+  const worst =
+    ratios.length === 0 || ratios.some((r) => r === null)
+      ? null
+      : Math.min(...(ratios as number[]));
+  return ratioTarget(
+    `goodput within 20 ms, every tier up to the reference's break, ${scenario}`,
+    worst,
+    { atLeast: 1 },
+    compared
+      .map(({ rps, mine, theirs }) => `${rate(rps)}: ${share(mine)} against ${share(theirs)}`)
+      .join('; ') || 'no tier was run',
+  );
+}
+
+/** No failed call at any tier where the reference failed none. */
+function errorsTarget(scenario: string, reference: VersusEntry, tollgate: VersusEntry): Target {
+  const clean = reference.tiers.filter((tier) => tier.errors === 0).map((tier) => tier.offeredRps);
+  const judged = tollgate.tiers.filter((tier) => clean.includes(tier.offeredRps));
+  const errors = judged.reduce((sum, tier) => sum + tier.errors, 0);
+  const failing = judged.filter((tier) => tier.errors > 0);
+  return {
+    name: `errors where the reference has none, ${scenario}`,
+    target: '0',
+    value: errors,
+    met: errors === 0 && judged.length > 0,
+    note:
+      judged.length === 0
+        ? 'no tier where the reference had no errors was run by both'
+        : `tiers ${judged.map((tier) => rate(tier.offeredRps)).join(', ')}` +
+          (failing.length > 0
+            ? `; errors at ${failing.map((tier) => `${rate(tier.offeredRps)} (${tier.errors})`).join(', ')}`
+            : ''),
+  };
 }
 
 const us = (value: number | undefined) =>

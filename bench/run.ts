@@ -27,13 +27,20 @@ import { VERSUS_READY, VERSUS_RULES_YAML, VERSUS_SCENARIOS } from './versusScena
 import { assertPerf, runPerf, type PerfEntry } from './perf.js';
 import { runScriptCost } from './scriptCost.js';
 import { runVariants } from './variants.js';
-import { runVersus } from './versus.js';
+import { runVersus, type AgainstBuild } from './versus.js';
+import { buildAgainst, parseAgainstRef } from './against.js';
+import { installNode, parseNodeVersion } from './runtime.js';
+import { BENCH_NODE, type NodeRuntime } from './services.js';
 
 /**
  * The bench, run by `npm run bench` (scripts/bench.mjs builds it and ghz first). Usage:
- *   npm run bench [-- --quick] [--out NAME] [--workers N]
+ *   npm run bench [-- --quick] [--out NAME] [--workers N] [--node VERSION]
  * Writes bench/results/NAME.{json,md,svg}; NAME defaults to latest-full or latest-quick. Every
  * --quick run writes into .cache/bench-results/ instead, leaving the tracked results alone.
+ * `--node VERSION` runs the tollgates and the bare servers on that Node line (runtime.ts).
+ *   npm run bench -- --versus [--quick] [--out NAME] [--env NAME=VALUE] [--against GIT_REF] [--node VERSION]
+ * Writes bench/results/NAME.{md,json}: only the comparison with envoyproxy/ratelimit (versus.ts);
+ * `--against` adds another revision of tollgate as one more service (against.ts).
  *   npm run bench -- --profile [--scenario NAME] [--rps N] [--env NAME=VALUE]
  * Writes bench/results/profile-SCENARIO[-N]rps.{md,json}: where tollgate's CPU goes (see profileRun).
  *   npm run bench -- --perf [--scenario NAME] [--rps N]
@@ -55,6 +62,8 @@ const { values } = parseArgs({
     'script-cost': { type: 'boolean', default: false },
     perf: { type: 'boolean', default: false },
     env: { type: 'string', multiple: true, default: [] },
+    node: { type: 'string' },
+    against: { type: 'string' },
     scenario: { type: 'string' },
     rps: { type: 'string' },
   },
@@ -66,6 +75,16 @@ if (!/^[\w.-]+$/.test(name)) throw new Error(`--out: '${name}' is not a plain fi
 if (!Number.isInteger(workers) || workers < 1) throw new Error('--workers: a whole number ≥ 1');
 const ghzBinary = process.env.BENCH_GHZ;
 if (!ghzBinary) throw new Error('BENCH_GHZ is unset: run the bench with npm run bench');
+
+if (values.against !== undefined && !values.versus) {
+  throw new Error('--against: only with --versus');
+}
+const againstRef = values.against === undefined ? undefined : parseAgainstRef(values.against);
+// Installed before anything starts, so that a failed install costs no measurement.
+const node: NodeRuntime =
+  values.node === undefined ? BENCH_NODE : installNode(repoRoot, parseNodeVersion(values.node));
+const against: AgainstBuild | undefined =
+  againstRef === undefined ? undefined : buildAgainst(repoRoot, againstRef);
 
 process.on('exit', killAllNow);
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
@@ -118,15 +137,19 @@ async function main(): Promise<number> {
     }
     redis = await startRedis();
     // First, on a fresh Redis: tollgate against envoyproxy/ratelimit, which operators ask first.
-    const versus = await runVersus(ghz, redis, repoRoot, benchDir, plan.versus);
-    const bare = await startBare(benchDir);
+    const versus = await runVersus(ghz, redis, repoRoot, benchDir, plan.versus, {
+      node,
+      admission: plan.admission,
+    });
+    const bare = await startBare(benchDir, 'grpc-js', node);
     const withRedis = await startTollgate({
       repoRoot,
       name: 'redis',
       redisUrl: redis.url,
       workers,
+      node,
     });
-    const inMemory = await startTollgate({ repoRoot, name: 'memory', workers: 1 });
+    const inMemory = await startTollgate({ repoRoot, name: 'memory', workers: 1, node });
     const everyService: Measured[] = [
       { service: bare },
       { service: withRedis, redis },
@@ -143,11 +166,18 @@ async function main(): Promise<number> {
       admission.push(await checkAdmission(service, ghz, plan.admission));
     }
 
-    const variants = await runVariants(ghz, bare, redis, repoRoot, {
-      ...plan.variants,
-      concurrency: plan.throughput.concurrency,
-      connections: plan.throughput.connections,
-    });
+    const variants = await runVariants(
+      ghz,
+      bare,
+      redis,
+      repoRoot,
+      {
+        ...plan.variants,
+        concurrency: plan.throughput.concurrency,
+        connections: plan.throughput.connections,
+      },
+      node,
+    );
     const memory = [];
     for (const target of tollgates) {
       log(`memory: ${target.service.name}, ${plan.memory.seconds} s at ${plan.memory.rps} req/s`);
@@ -167,6 +197,7 @@ async function main(): Promise<number> {
         name: service.name,
         title: service.title,
         settings: service.settings,
+        ...(service.node ? { node: service.node } : {}),
       })),
       throughput,
       latency,
@@ -224,6 +255,7 @@ async function profileRun(): Promise<number> {
       workers: 1,
       nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${profileDir}`],
       env: tollgateEnv(),
+      node,
     });
     const load = {
       concurrency: plan.throughput.concurrency,
@@ -295,7 +327,12 @@ async function versusRun(): Promise<number> {
   let redis: RedisServer | undefined;
   try {
     redis = await startRedis();
-    const versus = await runVersus(ghz, redis, repoRoot, benchDir, plan.versus, tollgateEnv());
+    const versus = await runVersus(ghz, redis, repoRoot, benchDir, plan.versus, {
+      extraEnv: tollgateEnv(),
+      node,
+      ...(against ? { against } : {}),
+      admission: plan.admission,
+    });
     const targets = versusTargets(versus);
     const results = {
       name: values.out ?? `versus-${plan.mode}`,
@@ -391,6 +428,7 @@ async function perfRun(): Promise<number> {
         workers: 1,
         rules: { yaml: VERSUS_RULES_YAML, ready: VERSUS_READY },
         env: { DEFAULT_ALGORITHM: 'fixed_window', REDIS_TIMEOUT: '15ms', ...tollgateEnv() },
+        node,
       }),
     ];
     const seconds = plan.mode === 'quick' ? 2 : 8;

@@ -21,7 +21,17 @@ export type ServiceName =
   | `redis-${string}`
   | 'reference'
   | 'tollgate-fixed'
-  | 'tollgate-sliding';
+  | 'tollgate-sliding'
+  | `tollgate@${string}`;
+
+/** The Node that runs a service: the bench's own, or another line's (`--node`, runtime.ts). */
+export interface NodeRuntime {
+  binary: string;
+  /** As `node --version` prints it, e.g. v24.11.1. */
+  version: string;
+}
+
+export const BENCH_NODE: NodeRuntime = { binary: process.execPath, version: process.version };
 
 export interface Service {
   name: ServiceName;
@@ -32,6 +42,8 @@ export interface Service {
   httpUrl?: string;
   /** The settings it was started with, for the report. */
   settings: Record<string, string>;
+  /** The version of the Node that runs it; absent for the reference, which is Go. */
+  node?: string;
   /** Stops it before the end of the run; every process is stopped at the end anyway. */
   stop?: () => Promise<void>;
 }
@@ -109,6 +121,8 @@ export interface TollgateOptions {
   env?: Record<string, string>;
   /** Node's own flags, e.g. `--cpu-prof`. */
   nodeArgs?: string[];
+  /** The Node to run it on; the bench's own by default. */
+  node?: NodeRuntime;
 }
 
 export async function startTollgate(options: TollgateOptions): Promise<Service> {
@@ -136,7 +150,8 @@ export async function startTollgate(options: TollgateOptions): Promise<Service> 
     ...settings,
   };
   const main = join(options.repoRoot, 'dist', 'main.js');
-  const { child, stderr } = launch(process.execPath, [...(options.nodeArgs ?? []), main], env);
+  const node = options.node ?? BENCH_NODE;
+  const { child, stderr } = launch(node.binary, [...(options.nodeArgs ?? []), main], env);
   const address = `127.0.0.1:${grpcPort}`;
   await waitUntilAnswering(address, options.rules?.ready ?? READY_REQUEST, child, stderr);
   const title = options.redisUrl
@@ -150,13 +165,18 @@ export async function startTollgate(options: TollgateOptions): Promise<Service> 
     pid: pidOf(child),
     httpUrl: `http://127.0.0.1:${httpPort}`,
     settings,
+    node: node.version,
   };
 }
 
-export async function startBare(benchDir: string, kind: BareKind = 'grpc-js'): Promise<Service> {
+export async function startBare(
+  benchDir: string,
+  kind: BareKind = 'grpc-js',
+  node: NodeRuntime = BENCH_NODE,
+): Promise<Service> {
   const port = await freePort();
   const env = { PATH: process.env.PATH ?? '', GRPC_PORT: String(port), BARE_KIND: kind };
-  const { child, stderr } = launch(process.execPath, [join(benchDir, 'bareMain.js')], env);
+  const { child, stderr } = launch(node.binary, [join(benchDir, 'bareMain.js')], env);
   const address = `127.0.0.1:${port}`;
   await waitUntilAnswering(address, READY_REQUEST, child, stderr);
   return {
@@ -168,6 +188,7 @@ export async function startBare(benchDir: string, kind: BareKind = 'grpc-js'): P
     address,
     pid: pidOf(child),
     settings: {},
+    node: node.version,
   };
 }
 

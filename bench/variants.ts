@@ -4,7 +4,13 @@ import type { Plan } from './plan.js';
 import { HEADLINE, SCENARIOS } from './scenarios.js';
 import { log } from './series.js';
 import { median, mean } from './stats.js';
-import { startTollgate, type RedisServer, type Service } from './services.js';
+import {
+  BENCH_NODE,
+  startTollgate,
+  type NodeRuntime,
+  type RedisServer,
+  type Service,
+} from './services.js';
 
 /**
  * The performance levers, measured side by side: closed-loop throughput of the Redis store as
@@ -43,6 +49,7 @@ export async function runVariants(
   redis: RedisServer,
   repoRoot: string,
   plan: Plan['variants'] & { concurrency: number; connections: number },
+  node: NodeRuntime = BENCH_NODE,
 ): Promise<{ runs: RunResult[]; variants: VariantResult[] }> {
   const scenarioOf = (service: string) => {
     const wanted = plan.variants.find((variant) => variant.name === service)?.scenario;
@@ -60,6 +67,7 @@ export async function runVariants(
           redisUrl: variant.unixSocket ? `unix://${redis.unixSocket}` : redis.url,
           workers: variant.workers,
           env: variant.env,
+          node,
         }),
       );
     }

@@ -1,24 +1,47 @@
+import { checkAdmission, type AdmissionResult } from './admission.js';
 import type { Ghz } from './ghz.js';
 import { measure, type Measured, type RunResult } from './measure.js';
+import type { Plan } from './plan.js';
 import { log } from './series.js';
 import {
+  BENCH_NODE,
   startBare,
   startReference,
   startTollgate,
+  type NodeRuntime,
   type RedisServer,
   type Service,
 } from './services.js';
-import { median } from './stats.js';
-import { VERSUS_READY, VERSUS_RULES_YAML, VERSUS_SCENARIOS } from './versusScenarios.js';
+import {
+  alternate,
+  costOf,
+  medianCost,
+  summarizeClosedLoop,
+  summarizeTier,
+  tierBroke,
+  type ClosedLoop,
+  type VersusCost,
+  type VersusTier,
+} from './versusRounds.js';
+import {
+  VERSUS_READY,
+  VERSUS_RULES_YAML,
+  VERSUS_SCENARIOS,
+  admissionRequest,
+} from './versusScenarios.js';
+
+export type { VersusCost, VersusTier } from './versusRounds.js';
 
 /**
  * tollgate against envoyproxy/ratelimit, side by side on the same Redis and rules: the
  * reference, tollgate with fixed windows (the reference's semantics, which the targets compare),
- * and tollgate as shipped (sliding windows). Each keeps its own default REDIS_TIMEOUT. For one
- * and for three descriptors:
- * - closed-loop throughput, in rounds that alternate the services;
- * - constant arrival rates, tier by tier, each service up to one tier past its own break (more
- *   than 1% errors, or under 95% of the offered rate achieved);
+ * tollgate as shipped (sliding windows), and, with `--against`, tollgate at another revision with
+ * fixed windows. Each keeps its own default REDIS_TIMEOUT. For one and for three descriptors:
+ * - closed-loop throughput, in rounds that alternate the services, with the service's and
+ *   Redis's CPU per decision;
+ * - constant arrival rates, tier by tier: at each tier every service runs once per round, the
+ *   rounds alternating the services, and each service goes up to one tier past its own break
+ *   (more than 1% errors, or under 95% of the offered rate achieved, over its rounds);
  * - at `costRps`, what a decision costs: the service's CPU and Redis's CPU in µs, from /proc, and
  *   the Redis commands per request from INFO commandstats, a script's inner commands included.
  *
@@ -29,8 +52,11 @@ import { VERSUS_READY, VERSUS_RULES_YAML, VERSUS_SCENARIOS } from './versusScena
 export interface VersusPlan {
   closedSeconds: number;
   warmupSeconds: number;
+  /** Closed-loop rounds. */
   rounds: number;
   tierSeconds: number;
+  /** Runs of each service at each constant rate; its p99 there is their median. */
+  tierRounds: number;
   tiers: number[];
   /** The tier whose runs give the cost per decision. */
   costRps: number;
@@ -40,31 +66,11 @@ export interface VersusPlan {
   timeoutMs: number;
 }
 
-export interface VersusCost {
-  offeredRps: number;
-  serviceUs: number;
-  redisUs: number;
-  /** Of `redisUs`, the time Redis spent executing commands rather than on the calls' I/O. */
-  redisExecutionUs: number;
-  commandsPerRequest: number;
-  scriptCallsPerRequest: number;
-}
-
-export interface VersusTier {
-  offeredRps: number;
-  achievedRps: number;
-  p50: number | null;
-  p99: number | null;
-  errors: number;
-  errorRate: number;
-  verdict: 'ok' | 'break' | 'past-break';
-}
-
 export interface VersusEntry {
   service: string;
   /** A bare server: no closed loop, no Redis, tiers up to the cost tier only. */
   floor?: boolean;
-  closedLoop: { runsRps: number[]; medianRps: number };
+  closedLoop: ClosedLoop;
   cost: VersusCost | null;
   tiers: VersusTier[];
   breakRps: number | null;
@@ -82,31 +88,86 @@ export interface VersusResults {
     title: string;
     redisTimeout: string;
     settings: Record<string, string>;
+    /** The version of the Node that ran it; absent for the reference (Go). */
+    node?: string;
   }[];
+  /** The constant rate whose runs give the cost per decision. */
+  costRps: number;
   scenarios: VersusScenario[];
+  /** The over-admission check on each service that decides in Redis. */
+  admission: AdmissionResult[];
   runs: RunResult[];
 }
 
-const BREAK = { minAchievedRatio: 0.95, maxErrorRate: 0.01 } as const;
-
-function broke(run: RunResult): boolean {
-  const offered = run.offeredRps ?? 0;
-  return run.achievedRps < BREAK.minAchievedRatio * offered || run.errorRate > BREAK.maxErrorRate;
+/** Another revision of tollgate, built by against.ts, measured as one more service. */
+export interface AgainstBuild {
+  /** `tollgate@SHORT_SHA`. */
+  name: `tollgate@${string}`;
+  ref: string;
+  sha: string;
+  /** Its checkout, with dist/ built and node_modules installed. */
+  root: string;
 }
 
-function costOf(run: RunResult): VersusCost {
-  const perDecision = (percent: number | null) =>
-    percent === null || run.requests === 0
-      ? NaN
-      : ((percent / 100) * run.seconds * 1e6) / run.requests;
-  return {
-    offeredRps: run.offeredRps ?? 0,
-    serviceUs: perDecision(run.cpu.service),
-    redisUs: perDecision(run.cpu.redis),
-    redisExecutionUs: run.redis?.executionUsPerRequest ?? NaN,
-    commandsPerRequest: run.redis?.commandsPerRequest ?? NaN,
-    scriptCallsPerRequest: run.redis?.scriptCallsPerRequest ?? NaN,
-  };
+export interface VersusOptions {
+  /** Settings for every tollgate, beside the bench's own (a lever to try). */
+  extraEnv?: Record<string, string>;
+  /** The Node for the tollgates and the floors. */
+  node?: NodeRuntime;
+  against?: AgainstBuild;
+  admission: Plan['admission'];
+}
+
+async function startServices(
+  redis: RedisServer,
+  repoRoot: string,
+  options: VersusOptions,
+): Promise<{ services: Service[]; timeouts: Map<string, string> }> {
+  const rules = { yaml: VERSUS_RULES_YAML, ready: VERSUS_READY };
+  const timeouts = new Map<string, string>();
+  const services: Service[] = [];
+  services.push(await startReference(repoRoot, redis));
+  timeouts.set('reference', '10s (its default)');
+  const fixed = { DEFAULT_ALGORITHM: 'fixed_window' };
+  const tollgates = [
+    {
+      name: 'tollgate-fixed',
+      title: 'tollgate, fixed windows (DEFAULT_ALGORITHM=fixed_window)',
+      env: fixed,
+      root: repoRoot,
+    },
+    {
+      name: 'tollgate-sliding',
+      title: 'tollgate as shipped (sliding windows)',
+      env: {},
+      root: repoRoot,
+    },
+    ...(options.against
+      ? [
+          {
+            name: options.against.name,
+            title: `tollgate at ${options.against.ref} (${options.against.sha.slice(0, 12)}), fixed windows`,
+            env: fixed,
+            root: options.against.root,
+          },
+        ]
+      : []),
+  ] as const;
+  for (const { name, title, env, root } of tollgates) {
+    const service = await startTollgate({
+      repoRoot: root,
+      name,
+      redisUrl: redis.url,
+      workers: 1,
+      rules,
+      // tollgate's own default, rather than the bench's generous one.
+      env: { ...env, REDIS_TIMEOUT: '15ms', ...options.extraEnv },
+      node: options.node ?? BENCH_NODE,
+    });
+    services.push({ ...service, title });
+    timeouts.set(name, '15ms (its default)');
+  }
+  return { services, timeouts };
 }
 
 export async function runVersus(
@@ -115,122 +176,35 @@ export async function runVersus(
   repoRoot: string,
   benchDir: string,
   plan: VersusPlan,
-  /** Settings for both tollgates, beside the bench's own (a lever to try). */
-  extraEnv: Record<string, string> = {},
+  options: VersusOptions,
 ): Promise<VersusResults> {
   const started: Service[] = [];
-  const rules = { yaml: VERSUS_RULES_YAML, ready: VERSUS_READY };
-  const timeouts = new Map<string, string>();
   try {
-    started.push(await startReference(repoRoot, redis));
-    timeouts.set('reference', '10s (its default)');
-    const tollgates = [
-      {
-        name: 'tollgate-fixed',
-        title: 'tollgate, fixed windows (DEFAULT_ALGORITHM=fixed_window)',
-        env: { DEFAULT_ALGORITHM: 'fixed_window' },
-      },
-      { name: 'tollgate-sliding', title: 'tollgate as shipped (sliding windows)', env: {} },
-    ] as const;
-    for (const { name, title, env } of tollgates) {
-      const service = await startTollgate({
-        repoRoot,
-        name,
-        redisUrl: redis.url,
-        workers: 1,
-        rules,
-        // tollgate's own default, rather than the bench's generous one.
-        env: { ...env, REDIS_TIMEOUT: '15ms', ...extraEnv },
-      });
-      started.push({ ...service, title });
-      timeouts.set(name, '15ms (its default)');
-    }
-    const targets: Measured[] = started.map((service) => ({ service, redis }));
-    const floors: Service[] = [await startBare(benchDir), await startBare(benchDir, 'http2')];
+    const { services, timeouts } = await startServices(redis, repoRoot, options);
+    started.push(...services);
+    const targets: Measured[] = services.map((service) => ({ service, redis }));
+    const node = options.node ?? BENCH_NODE;
+    const floors: Service[] = [
+      await startBare(benchDir, 'grpc-js', node),
+      await startBare(benchDir, 'http2', node),
+    ];
     started.push(...floors);
     for (const floor of floors) timeouts.set(floor.name, 'no Redis');
     const runs: RunResult[] = [];
     const scenarios: VersusScenario[] = [];
-    const closed = {
-      concurrency: plan.concurrency,
-      connections: plan.connections,
-      timeoutMs: 5_000,
-    };
     for (const scenario of VERSUS_SCENARIOS) {
-      for (const service of started) {
-        await ghz.run({
-          ...closed,
-          seconds: plan.warmupSeconds,
-          address: service.address,
-          request: scenario.request,
-        });
-      }
-      const entries = new Map<string, VersusEntry>(
-        started.map((service) => [
-          service.name,
-          {
-            service: service.name,
-            ...(floors.includes(service) ? { floor: true } : {}),
-            closedLoop: { runsRps: [], medianRps: NaN },
-            cost: null,
-            tiers: [],
-            breakRps: null,
-          },
-        ]),
+      const entries = await runScenario(ghz, scenario, targets, floors, plan, runs);
+      scenarios.push({ scenario: scenario.name, title: scenario.title, entries });
+    }
+    const admission: AdmissionResult[] = [];
+    for (const { service } of targets) {
+      log(`versus over-admission check: ${service.name}`);
+      admission.push(
+        await checkAdmission(service, ghz, options.admission, {
+          request: admissionRequest(service.name),
+          load: VERSUS_SCENARIOS[0]!.request,
+        }),
       );
-      for (let round = 1; round <= plan.rounds; round += 1) {
-        for (const target of targets) {
-          log(
-            `versus ${scenario.name}, closed loop ${round}/${plan.rounds}: ${target.service.name}`,
-          );
-          const run = await measure(ghz, target, scenario, {
-            ...closed,
-            seconds: plan.closedSeconds,
-          });
-          runs.push(run);
-          entries.get(target.service.name)!.closedLoop.runsRps.push(run.achievedRps);
-        }
-      }
-      for (const entry of entries.values()) {
-        entry.closedLoop.medianRps = median(entry.closedLoop.runsRps);
-      }
-      const load = {
-        concurrency: plan.concurrency,
-        connections: plan.connections,
-        timeoutMs: plan.timeoutMs,
-      };
-      const floorTargets: Measured[] = floors.map((service) => ({ service }));
-      for (const rps of plan.tiers) {
-        const tierTargets = rps <= plan.costRps ? [...targets, ...floorTargets] : targets;
-        for (const target of tierTargets) {
-          const entry = entries.get(target.service.name)!;
-          if (entry.tiers.some((tier) => tier.verdict === 'past-break')) continue;
-          log(`versus ${scenario.name}, ${rps} req/s: ${target.service.name}`);
-          const run = await measure(ghz, target, scenario, {
-            ...load,
-            rps,
-            seconds: plan.tierSeconds,
-          });
-          runs.push(run);
-          const verdict = entry.breakRps !== null ? 'past-break' : broke(run) ? 'break' : 'ok';
-          if (verdict === 'break') entry.breakRps = rps;
-          entry.tiers.push({
-            offeredRps: rps,
-            achievedRps: run.achievedRps,
-            p50: run.latencyMs?.p50 ?? null,
-            p99: run.latencyMs?.p99 ?? null,
-            errors: run.requests - (run.statusCodes.OK ?? 0),
-            errorRate: run.errorRate,
-            verdict,
-          });
-          if (rps === plan.costRps) entry.cost = costOf(run);
-        }
-      }
-      scenarios.push({
-        scenario: scenario.name,
-        title: scenario.title,
-        entries: [...entries.values()],
-      });
     }
     return {
       services: started.map((service) => ({
@@ -238,11 +212,90 @@ export async function runVersus(
         title: service.title,
         redisTimeout: timeouts.get(service.name) ?? '',
         settings: service.settings,
+        ...(service.node ? { node: service.node } : {}),
       })),
+      costRps: plan.costRps,
       scenarios,
+      admission,
       runs,
     };
   } finally {
     await Promise.all(started.map((service) => service.stop?.()));
   }
+}
+
+type VersusScenarioDef = (typeof VERSUS_SCENARIOS)[number];
+
+/** One scenario: warm-ups, the closed-loop rounds, then the constant rates tier by tier. */
+async function runScenario(
+  ghz: Ghz,
+  scenario: VersusScenarioDef,
+  targets: Measured[],
+  floors: Service[],
+  plan: VersusPlan,
+  runs: RunResult[],
+): Promise<VersusEntry[]> {
+  const closed = { concurrency: plan.concurrency, connections: plan.connections, timeoutMs: 5_000 };
+  const everyService = [...targets.map((target) => target.service), ...floors];
+  for (const service of everyService) {
+    await ghz.run({
+      ...closed,
+      seconds: plan.warmupSeconds,
+      address: service.address,
+      request: scenario.request,
+    });
+  }
+  const entries = new Map<string, VersusEntry>(
+    everyService.map((service) => [
+      service.name,
+      {
+        service: service.name,
+        ...(floors.includes(service) ? { floor: true } : {}),
+        closedLoop: summarizeClosedLoop([]),
+        cost: null,
+        tiers: [],
+        breakRps: null,
+      },
+    ]),
+  );
+  const closedRuns = new Map<string, RunResult[]>();
+  for (const { round, item: target } of alternate(targets, plan.rounds)) {
+    log(`versus ${scenario.name}, closed loop ${round}/${plan.rounds}: ${target.service.name}`);
+    const run = await measure(ghz, target, scenario, { ...closed, seconds: plan.closedSeconds });
+    runs.push(run);
+    closedRuns.set(target.service.name, [...(closedRuns.get(target.service.name) ?? []), run]);
+  }
+  for (const [name, serviceRuns] of closedRuns) {
+    entries.get(name)!.closedLoop = summarizeClosedLoop(serviceRuns);
+  }
+  const load = {
+    concurrency: plan.concurrency,
+    connections: plan.connections,
+    timeoutMs: plan.timeoutMs,
+  };
+  const floorTargets: Measured[] = floors.map((service) => ({ service }));
+  for (const rps of plan.tiers) {
+    const tierTargets = (rps <= plan.costRps ? [...targets, ...floorTargets] : targets).filter(
+      (target) =>
+        !entries.get(target.service.name)!.tiers.some((tier) => tier.verdict === 'past-break'),
+    );
+    const tierRuns = new Map<string, RunResult[]>();
+    for (const { round, item: target } of alternate(tierTargets, plan.tierRounds)) {
+      log(
+        `versus ${scenario.name}, ${rps} req/s, round ${round}/${plan.tierRounds}: ${target.service.name}`,
+      );
+      const run = await measure(ghz, target, scenario, { ...load, rps, seconds: plan.tierSeconds });
+      runs.push(run);
+      tierRuns.set(target.service.name, [...(tierRuns.get(target.service.name) ?? []), run]);
+    }
+    for (const [name, serviceRuns] of tierRuns) {
+      const entry = entries.get(name)!;
+      const tier = summarizeTier(rps, serviceRuns);
+      const verdict = entry.breakRps !== null ? 'past-break' : tierBroke(tier) ? 'break' : 'ok';
+      if (verdict === 'break') entry.breakRps = rps;
+      entry.tiers.push({ ...tier, verdict });
+      if (rps === plan.costRps) entry.cost = medianCost(serviceRuns.map(costOf));
+    }
+  }
+  return [...entries.values()];
 }

@@ -2,7 +2,7 @@
  * The side-by-side runs with envoyproxy/ratelimit: rules it accepts (no `algorithm`, `window` or
  * `burst`), loaded by it and by both tollgates, and the two requests of the comparison.
  */
-import type { Scenario } from './scenarios.js';
+import { ADMISSION_LIMIT, type Scenario } from './scenarios.js';
 
 const DOMAIN = 'versus';
 
@@ -26,7 +26,17 @@ descriptors:
         rate_limit: {unit: hour, requests_per_unit: ${ROOMY}}
   - key: remote_address
     rate_limit: {unit: hour, requests_per_unit: ${ROOMY}}
+  - key: limited
+    rate_limit: {unit: day, requests_per_unit: ${ADMISSION_LIMIT}}
 `;
+
+/**
+ * The over-admission check's request: a counter per service, since the services share one Redis
+ * and two tollgates with fixed windows would otherwise share a key.
+ */
+export function admissionRequest(service: string): Scenario['request'] {
+  return { domain: DOMAIN, descriptors: [{ entries: [{ key: 'limited', value: service }] }] };
+}
 
 export const VERSUS_READY: Scenario['request'] = {
   domain: DOMAIN,

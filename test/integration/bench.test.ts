@@ -68,7 +68,7 @@ describe('the comparison with envoyproxy/ratelimit', () => {
 
   const entry = (service: string, fields: Partial<VersusEntry>): VersusEntry => ({
     service,
-    closedLoop: { runsRps: [1_000], medianRps: 1_000 },
+    closedLoop: { runsRps: [1_000], medianRps: 1_000, serviceUs: 180, redisUs: 20 },
     cost: {
       offeredRps: 3_000,
       serviceUs: 200,
@@ -82,45 +82,107 @@ describe('the comparison with envoyproxy/ratelimit', () => {
       achievedRps: offeredRps,
       p50: 0.5,
       p99: 2,
+      p99Rounds: [2, 1.5, 3],
+      requests: 3 * offeredRps,
       errors: 0,
       errorRate: 0,
+      goodput: 0.999,
       verdict: 'ok' as const,
     })),
     breakRps: null,
     ...fields,
   });
 
-  it('judges tollgate with fixed windows against the reference, as ratios', () => {
+  it('judges tollgate with fixed windows against the reference, each target a ratio', () => {
     const reference = entry('reference', { breakRps: 5_000 });
+    reference.tiers[3]!.errors = 40; // the reference fails at 5,000: tollgate's errors there are not judged
     const tollgate = entry('tollgate-fixed', {
+      closedLoop: { runsRps: [1_100], medianRps: 1_100, serviceUs: 150, redisUs: 8 },
       cost: {
         offeredRps: 3_000,
         serviceUs: 150,
-        redisUs: 20,
+        redisUs: 30,
         redisExecutionUs: 8,
         commandsPerRequest: 3,
         scriptCallsPerRequest: 1,
       },
     });
-    tollgate.tiers[3]!.errors = 9; // at the reference's break: not judged
+    tollgate.tiers[1]!.p99 = 3; // 1.5× the reference's at 2,000 req/s
+    tollgate.tiers[3]!.errors = 9;
+    const admission = (service: string, allowed: number) => ({
+      service,
+      limit: 1_000,
+      requests: 4_000,
+      concurrency: 200,
+      channels: 4,
+      allowed,
+      denied: 4_000 - allowed,
+      failed: {},
+      exact: allowed === 1_000,
+      overAdmitted: allowed > 1_000,
+    });
     const results: VersusResults = {
       services: [],
       runs: [],
+      costRps: 3_000,
       scenarios: [{ scenario: 'one-descriptor', title: '', entries: [reference, tollgate] }],
+      admission: [admission('reference', 1_000), admission('tollgate-fixed', 1_000)],
     };
-    const judged = versusTargets(results).map(({ name, value, met }) => ({ name, value, met }));
+    const judged = versusTargets(results).map(({ name, target, value, met }) => ({
+      name,
+      target,
+      value,
+      met,
+    }));
     expect(judged).toEqual([
-      { name: 'service CPU per decision ÷ reference, one-descriptor', value: 0.75, met: true },
-      { name: 'Redis CPU per decision ÷ reference, one-descriptor', value: 20 / 30, met: false },
       {
-        name: 'p99 ÷ reference at 1,000, 2,000 and 3,000 req/s, one-descriptor',
+        name: 'service CPU per decision at 3,000 req/s, one-descriptor',
+        target: '≤ 0.80×',
+        value: 0.75,
+        met: true,
+      },
+      {
+        name: 'Redis CPU per decision at 3,000 req/s, one-descriptor',
+        target: '≤ 1.00×',
         value: 1,
         met: true,
       },
-      { name: "errors below the reference's break, one-descriptor", value: 0, met: true },
+      {
+        name: 'Redis CPU per decision, closed loop, one-descriptor',
+        target: '≤ 0.50×',
+        value: 0.4,
+        met: true,
+      },
+      { name: 'p99 at 1,000 req/s, one-descriptor', target: '≤ 1.00×', value: 1, met: true },
+      { name: 'p99 at 2,000 req/s, one-descriptor', target: '≤ 1.00×', value: 1.5, met: false },
+      { name: 'p99 at 3,000 req/s, one-descriptor', target: '≤ 1.00×', value: 1, met: true },
+      {
+        name: "goodput within 20 ms, every tier up to the reference's break, one-descriptor",
+        target: '≥ 1.00×',
+        value: 1,
+        met: true,
+      },
+      {
+        name: 'errors where the reference has none, one-descriptor',
+        target: '0',
+        value: 0,
+        met: true,
+      },
+      { name: 'closed-loop throughput, one-descriptor', target: '≥ 1.00×', value: 1.1, met: true },
+      {
+        name: 'exactness: requests allowed on one key under load',
+        target: '= the limit, 1000',
+        value: 1_000,
+        met: true,
+      },
     ]);
     tollgate.tiers[1]!.errors = 1;
-    expect(versusTargets(results)[3]).toMatchObject({ value: 1, met: false });
+    tollgate.tiers[0]!.goodput = 0.98;
+    const again = versusTargets(results);
+    expect(again[6]).toMatchObject({ value: 0.98 / 0.999, met: false });
+    expect(again[7]).toMatchObject({ value: 1, met: false });
+    results.admission[1] = admission('tollgate-fixed', 1_001);
+    expect(versusTargets(results)[9]).toMatchObject({ value: 1_001, met: false });
   });
 });
 
@@ -136,6 +198,7 @@ describe("the bench's judgements", () => {
     statusCodes: { OK: 50_000 },
     errors: {},
     errorRate: 0,
+    answeredInTime: 50_000,
     cpu: { service: 60, redis: 10, ghz: 70 },
     redis: null,
     outcomes: { ok: 50_000 },

