@@ -28,7 +28,7 @@ export interface BenchResults {
   targets: Target[];
 }
 
-/** A performance target of the brief, judged from this run; `value` null when not reached. */
+/** One of tollgate's performance targets, judged from this run; `value` null when not reached. */
 export interface Target {
   name: string;
   target: string;
@@ -193,7 +193,7 @@ function ratioTarget(
 export const JUDGED = 'tollgate-fixed';
 
 /**
- * The brief's targets against envoyproxy/ratelimit, each a ratio to the reference in the same
+ * tollgate's performance targets against envoyproxy/ratelimit, each a ratio to the reference in the same
  * run, per scenario (one and three descriptors), for tollgate with fixed windows; then
  * exactness, from the over-admission check.
  */
