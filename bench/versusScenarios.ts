@@ -27,12 +27,13 @@ descriptors:
   - key: remote_address
     rate_limit: {unit: hour, requests_per_unit: ${ROOMY}}
   - key: limited
-    rate_limit: {unit: day, requests_per_unit: ${ADMISSION_LIMIT}}
+    rate_limit: {unit: year, requests_per_unit: ${ADMISSION_LIMIT}}
 `;
 
 /**
  * The over-admission check's request: a counter per service, since the services share one Redis
- * and two tollgates with fixed windows would otherwise share a key.
+ * and two tollgates with fixed windows would otherwise share a key. Its window is a year, so that
+ * a run meets a window's end (which would split its count) once a year at most.
  */
 export function admissionRequest(service: string): Scenario['request'] {
   return { domain: DOMAIN, descriptors: [{ entries: [{ key: 'limited', value: service }] }] };
