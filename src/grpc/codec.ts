@@ -27,40 +27,41 @@ export interface ResponseHeader {
   value: string;
 }
 
-const requestType = loadProtoRoot('bytes').lookupType(
-  'envoy.service.ratelimit.v3.RateLimitRequest',
-);
 const responseType = loadProtoRoot('strings').lookupType(
   'envoy.service.ratelimit.v3.RateLimitResponse',
 );
 const structType = loadProtoRoot('strings').lookupType('google.protobuf.Struct');
 
-// What protobufjs decodes from the bytes root: absent messages are null, defaults come from prototypes.
+/** A uint64 as protobufjs reads it: two unsigned 32-bit halves. */
 interface WireLong {
   low: number;
   high: number;
-}
-interface WireDescriptor {
-  entries: { key: Uint8Array; value: Uint8Array }[];
-  limit: { requests_per_unit: number; unit: number } | null;
-  hits_addend: { value: number | WireLong } | null;
-}
-interface WireRequest {
-  domain: Uint8Array;
-  descriptors: WireDescriptor[];
-  hits_addend: number;
 }
 
 const overrideUnits: readonly (OverrideUnit | undefined)[] = [
   undefined,
   ...(['second', 'minute', 'hour', 'day', 'month', 'year'] as const),
 ];
-// Length-delimited tags of RateLimitRequest.descriptors (2) and RateLimitDescriptor.entries (1).
+// Tags (field number << 3 | wire type: 0 varint, 2 length-delimited) of RateLimitRequest,
+// RateLimitDescriptor, its Entry, RateLimitOverride and UInt64Value.
+const DOMAIN_TAG = (1 << 3) | 2;
 const DESCRIPTORS_TAG = (2 << 3) | 2;
+const HITS_ADDEND_TAG = 3 << 3;
 const ENTRIES_TAG = (1 << 3) | 2;
-// Wire type by field number: 0 varint, 2 length-delimited.
+const LIMIT_TAG = (2 << 3) | 2;
+const DESCRIPTOR_HITS_TAG = (3 << 3) | 2;
+const KEY_TAG = (1 << 3) | 2;
+const VALUE_TAG = (2 << 3) | 2;
+const REQUESTS_PER_UNIT_TAG = 1 << 3;
+const UNIT_TAG = 2 << 3;
+const UINT64_VALUE_TAG = 1 << 3;
+// Wire type by field number, for the fields each message knows.
 const REQUEST_WIRE_TYPES = [-1, 2, 2, 0];
 const DESCRIPTOR_WIRE_TYPES = [-1, 2, 2, 2];
+const ENTRY_WIRE_TYPES = [-1, 2, 2];
+const LIMIT_WIRE_TYPES = [-1, 0, 0];
+const UINT64_VALUE_WIRE_TYPES = [-1, 0];
+const EMPTY = new Uint8Array(0);
 
 export function createRequestDecoder(limits: RequestLimits): (bytes: Buffer) => DecodedRequest {
   return (bytes) => {
@@ -74,58 +75,147 @@ export function createRequestDecoder(limits: RequestLimits): (bytes: Buffer) => 
   };
 }
 
-function decodeRequest(bytes: Buffer, limits: RequestLimits): Check {
-  checkCounts(bytes, limits);
-  const wire = requestType.decode(bytes) as unknown as WireRequest;
-  const domain = text(wire.domain, 'domain', limits);
-  if (domain === '') fail('domain is empty');
-  if (wire.descriptors.length === 0) fail('no descriptors');
-  return {
-    domain,
-    descriptors: wire.descriptors.map((d, i) => toDescriptor(d, `descriptors[${i}]`, limits)),
-    hitsAddend: wire.hits_addend,
-  };
+/** A descriptor as it came off the wire, before its text is checked. */
+interface WireDescriptor {
+  entries: { key: Uint8Array; value: Uint8Array }[];
+  /** Entries on the wire: more than `entries` holds when it is over MAX_ENTRIES. */
+  entryCount: number;
+  limit: { requestsPerUnit: number; unit: number } | undefined;
+  hitsAddend: WireLong | undefined;
+  /** A fault inside an entry, the limit or the cost, reported after the counts. */
+  inner?: Error;
 }
 
 /**
- * Enforces the count bounds by skipping over the raw fields before anything is decoded, so an
- * oversized request costs no allocation. Entries are counted only in descriptors within bounds.
+ * Reads the request in one pass, then checks it. The pass reads the descriptors within the
+ * bounds and only counts (skips) the others, so an oversized request costs no allocation. What
+ * is wrong is reported in a fixed order, whatever the order of the fields: the request's own
+ * framing, then its counts, then the framing inside a descriptor's parts, then its values.
  */
-function checkCounts(bytes: Buffer, limits: RequestLimits): void {
+function decodeRequest(bytes: Buffer, limits: RequestLimits): Check {
   const reader = protobuf.Reader.create(bytes);
+  let domain: Uint8Array = EMPTY;
+  let hitsAddend = 0;
+  const descriptors: WireDescriptor[] = [];
   let count = 0;
   let overEntries: string | undefined;
+  let inner: Error | undefined;
   while (reader.pos < reader.len) {
     const tag = readTag(reader, REQUEST_WIRE_TYPES);
-    if (tag === DESCRIPTORS_TAG) count++;
-    if (tag !== DESCRIPTORS_TAG || count > limits.maxDescriptors || overEntries !== undefined) {
+    if (tag === DOMAIN_TAG) {
+      domain = reader.bytes();
+    } else if (tag === HITS_ADDEND_TAG) {
+      hitsAddend = reader.uint32();
+    } else if (tag === DESCRIPTORS_TAG && ++count <= limits.maxDescriptors && !overEntries) {
+      const descriptor = readDescriptor(reader, limits.maxEntries);
+      if (descriptor.inner) inner ??= descriptor.inner;
+      if (descriptor.entryCount > limits.maxEntries) {
+        overEntries = `descriptors[${count - 1}] has ${descriptor.entryCount} entries, over MAX_ENTRIES (${limits.maxEntries})`;
+      }
+      descriptors.push(descriptor);
+    } else {
       reader.skipType(tag & 7);
-      continue;
-    }
-    const entries = countEntries(reader);
-    if (entries > limits.maxEntries) {
-      overEntries = `descriptors[${count - 1}] has ${entries} entries, over MAX_ENTRIES (${limits.maxEntries})`;
     }
   }
   if (count > limits.maxDescriptors) {
     fail(`${count} descriptors exceed MAX_DESCRIPTORS (${limits.maxDescriptors})`);
   }
   if (overEntries !== undefined) fail(overEntries);
+  if (inner) throw inner;
+  const text = textOf(limits);
+  const checked = text(domain, 'domain');
+  if (checked === '') fail('domain is empty');
+  if (descriptors.length === 0) fail('no descriptors');
+  return {
+    domain: checked,
+    descriptors: descriptors.map((d, i) => toDescriptor(d, `descriptors[${i}]`, limits, text)),
+    hitsAddend,
+  };
 }
 
-function countEntries(reader: protobuf.Reader): number {
-  const end = reader.uint32() + reader.pos;
-  let entries = 0;
+/**
+ * One descriptor: its own fields' tags are checked as the request's are; a fault inside an
+ * entry, the limit or the cost is kept in `inner`, to be reported after the counts. Entries past
+ * `maxEntries` are counted, not read.
+ */
+function readDescriptor(reader: protobuf.Reader, maxEntries: number): WireDescriptor {
+  const length = reader.uint32();
+  const end = length + reader.pos;
+  // As protobufjs's own reads: a length past the bytes is refused before anything skips to it.
+  if (end > reader.len)
+    throw new RangeError(`index out of range: ${reader.pos} + ${length} > ${reader.len}`);
+  const descriptor: WireDescriptor = {
+    entries: [],
+    entryCount: 0,
+    limit: undefined,
+    hitsAddend: undefined,
+  };
   while (reader.pos < end) {
     const tag = readTag(reader, DESCRIPTOR_WIRE_TYPES);
-    if (tag === ENTRIES_TAG) entries++;
-    reader.skipType(tag & 7);
+    if (tag !== ENTRIES_TAG && tag !== LIMIT_TAG && tag !== DESCRIPTOR_HITS_TAG) {
+      reader.skipType(tag & 7);
+      continue;
+    }
+    const partEnd = reader.uint32() + reader.pos;
+    if (partEnd > end) throw new Error(`a descriptor overruns its length at offset ${end}`);
+    if (tag === ENTRIES_TAG && ++descriptor.entryCount > maxEntries) {
+      reader.pos = partEnd;
+      continue;
+    }
+    try {
+      if (tag === ENTRIES_TAG) descriptor.entries.push(readEntry(reader, partEnd));
+      else if (tag === LIMIT_TAG) descriptor.limit = readLimit(reader, partEnd);
+      else descriptor.hitsAddend = readUint64Value(reader, partEnd);
+    } catch (error) {
+      descriptor.inner ??= error instanceof Error ? error : new Error(String(error));
+    }
+    reader.pos = partEnd;
   }
   if (reader.pos !== end) throw new Error(`a descriptor overruns its length at offset ${end}`);
-  return entries;
+  return descriptor;
 }
 
-/** Rejects field 0 and known fields of the wrong wire type, which protobufjs would misread. */
+function readEntry(reader: protobuf.Reader, end: number): WireDescriptor['entries'][number] {
+  let key: Uint8Array = EMPTY;
+  let value: Uint8Array = EMPTY;
+  while (reader.pos < end) {
+    const tag = readTag(reader, ENTRY_WIRE_TYPES);
+    if (tag === KEY_TAG) key = reader.bytes();
+    else if (tag === VALUE_TAG) value = reader.bytes();
+    else reader.skipType(tag & 7);
+  }
+  overrun(reader, end);
+  return { key, value };
+}
+
+function readLimit(reader: protobuf.Reader, end: number): WireDescriptor['limit'] {
+  const limit = { requestsPerUnit: 0, unit: 0 };
+  while (reader.pos < end) {
+    const tag = readTag(reader, LIMIT_WIRE_TYPES);
+    if (tag === REQUESTS_PER_UNIT_TAG) limit.requestsPerUnit = reader.uint32();
+    else if (tag === UNIT_TAG) limit.unit = reader.int32();
+    else reader.skipType(tag & 7);
+  }
+  overrun(reader, end);
+  return limit;
+}
+
+function readUint64Value(reader: protobuf.Reader, end: number): WireLong {
+  let value: WireLong = { low: 0, high: 0 };
+  while (reader.pos < end) {
+    const tag = readTag(reader, UINT64_VALUE_WIRE_TYPES);
+    if (tag === UINT64_VALUE_TAG) value = reader.uint64() as unknown as WireLong;
+    else reader.skipType(tag & 7);
+  }
+  overrun(reader, end);
+  return value;
+}
+
+function overrun(reader: protobuf.Reader, end: number): void {
+  if (reader.pos !== end) throw new Error(`a field overruns its message at offset ${end}`);
+}
+
+/** Rejects field 0 and known fields of the wrong wire type, which would be misread. */
 function readTag(reader: protobuf.Reader, wireTypes: readonly number[]): number {
   const tag = reader.uint32();
   const expected = wireTypes[tag >>> 3];
@@ -135,14 +225,21 @@ function readTag(reader: protobuf.Reader, wireTypes: readonly number[]): number 
   return tag;
 }
 
-function toDescriptor(wire: WireDescriptor, path: string, limits: RequestLimits): Descriptor {
+type TextOf = (bytes: Uint8Array, path: string) => string;
+
+function toDescriptor(
+  wire: WireDescriptor,
+  path: string,
+  limits: RequestLimits,
+  text: TextOf,
+): Descriptor {
   const { entries } = wire;
   if (entries.length === 0 && limits.emptyDescriptors !== true) fail(`${path} has no entries`);
   const descriptor: Descriptor = {
     entries: entries.map((entry, j) => {
-      const key = text(entry.key, `${path}.entries[${j}].key`, limits);
+      const key = text(entry.key, `${path}.entries[${j}].key`);
       if (key === '') fail(`${path}.entries[${j}].key is empty`);
-      return { key, value: text(entry.value, `${path}.entries[${j}].value`, limits) };
+      return { key, value: text(entry.value, `${path}.entries[${j}].value`) };
     }),
   };
   if (wire.limit) {
@@ -153,10 +250,15 @@ function toDescriptor(wire: WireDescriptor, path: string, limits: RequestLimits)
     if (unit === undefined) {
       fail(`${path}.limit.unit is ${wire.limit.unit === 0 ? 'UNKNOWN' : wire.limit.unit}`);
     }
-    descriptor.limit = { requestsPerUnit: wire.limit.requests_per_unit, unit };
+    descriptor.limit = { requestsPerUnit: wire.limit.requestsPerUnit, unit };
   }
-  if (wire.hits_addend) descriptor.hitsAddend = toUint64(wire.hits_addend.value);
+  if (wire.hitsAddend) descriptor.hitsAddend = toUint64(wire.hitsAddend);
   return descriptor;
+}
+
+/** Texts are checked against the bounds, then as UTF-8; the path names the field at fault. */
+function textOf(limits: RequestLimits): TextOf {
+  return (bytes, path) => text(bytes, path, limits);
 }
 
 function text(bytes: Uint8Array, path: string, limits: RequestLimits): string {

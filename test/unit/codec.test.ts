@@ -215,6 +215,27 @@ describe('decoding a request', () => {
     expect(rejection(Buffer.from([0x10, 0x01]))).toMatch(/malformed request: invalid tag/); // domain as varint
     expect(rejection(Buffer.from([0x12, 0x02, 0x08, 0x01]))).toMatch(/malformed request: /);
   });
+
+  it('refuses a descriptor or a part of one that runs past the bytes', () => {
+    // domain "a", then a descriptor that claims 9 bytes of which 4 are there.
+    const cut = Buffer.from([0x0a, 0x01, 0x61, 0x12, 0x09, 0x0a, 0x02, 0x0a, 0x00]);
+    expect(rejection(cut)).toMatch(/malformed request: index out of range/);
+    // A descriptor of 4 bytes whose one entry claims 6.
+    const overrun = Buffer.from([0x0a, 0x01, 0x61, 0x12, 0x04, 0x0a, 0x06, 0x0a, 0x00]);
+    expect(rejection(overrun)).toMatch(/malformed request: a descriptor overruns its length/);
+  });
+
+  it('reports the counts before a fault inside an entry, whatever comes first on the wire', () => {
+    // An entry whose key is a varint, then 65 well-formed descriptors.
+    const badEntry = Buffer.from([0x12, 0x04, 0x0a, 0x02, 0x08, 0x01]);
+    const request = Buffer.concat([
+      badEntry,
+      encode({ domain: 'api', descriptors: descriptors(65) }),
+    ]);
+    expect(rejection(request)).toMatch(/: 66 descriptors exceed MAX_DESCRIPTORS \(64\)$/);
+    const alone = Buffer.concat([badEntry, encode({ domain: 'api', descriptors: descriptors(1) })]);
+    expect(rejection(alone)).toMatch(/malformed request: invalid tag 8/);
+  });
 });
 
 describe('encoding a response', () => {
