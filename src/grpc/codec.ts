@@ -122,13 +122,12 @@ function decodeRequest(bytes: Buffer, limits: RequestLimits): Check {
   }
   if (overEntries !== undefined) fail(overEntries);
   if (inner) throw inner;
-  const text = textOf(limits);
-  const checked = text(domain, 'domain');
+  const checked = text(domain, limits, -1, -1, 'domain');
   if (checked === '') fail('domain is empty');
   if (descriptors.length === 0) fail('no descriptors');
   return {
     domain: checked,
-    descriptors: descriptors.map((d, i) => toDescriptor(d, `descriptors[${i}]`, limits, text)),
+    descriptors: descriptors.map((d, i) => toDescriptor(d, i, limits)),
     hitsAddend,
   };
 }
@@ -225,21 +224,15 @@ function readTag(reader: protobuf.Reader, wireTypes: readonly number[]): number 
   return tag;
 }
 
-type TextOf = (bytes: Uint8Array, path: string) => string;
-
-function toDescriptor(
-  wire: WireDescriptor,
-  path: string,
-  limits: RequestLimits,
-  text: TextOf,
-): Descriptor {
+function toDescriptor(wire: WireDescriptor, i: number, limits: RequestLimits): Descriptor {
   const { entries } = wire;
+  const path = `descriptors[${i}]`;
   if (entries.length === 0 && limits.emptyDescriptors !== true) fail(`${path} has no entries`);
   const descriptor: Descriptor = {
     entries: entries.map((entry, j) => {
-      const key = text(entry.key, `${path}.entries[${j}].key`);
+      const key = text(entry.key, limits, i, j, 'key');
       if (key === '') fail(`${path}.entries[${j}].key is empty`);
-      return { key, value: text(entry.value, `${path}.entries[${j}].value`) };
+      return { key, value: text(entry.value, limits, i, j, 'value') };
     }),
   };
   if (wire.limit) {
@@ -256,19 +249,32 @@ function toDescriptor(
   return descriptor;
 }
 
-/** Texts are checked against the bounds, then as UTF-8; the path names the field at fault. */
-function textOf(limits: RequestLimits): TextOf {
-  return (bytes, path) => text(bytes, path, limits);
-}
+/** Short ASCII, as keys and values nearly always are, is read here rather than by a C++ call. */
+const SHORT_TEXT_BYTES = 64;
+type Latin1 = Buffer & { latin1Slice(start: number, end: number): string };
 
-function text(bytes: Uint8Array, path: string, limits: RequestLimits): string {
-  // An absent bytes field decodes to protobufjs' shared empty array, not a Buffer.
-  if (bytes.length === 0) return '';
-  if (bytes.length > limits.maxEntryBytes) {
-    fail(`${path} is ${bytes.length} bytes, over MAX_ENTRY_BYTES (${limits.maxEntryBytes})`);
+/**
+ * A text field, checked against the bounds and then as UTF-8. The field's path (the domain, or
+ * entry `j` of descriptor `i`) is spelled out only in an error.
+ */
+function text(bytes: Uint8Array, limits: RequestLimits, i: number, j: number, field: string) {
+  const length = bytes.length;
+  if (length === 0) return '';
+  const path = () => (i < 0 ? field : `descriptors[${i}].entries[${j}].${field}`);
+  if (length > limits.maxEntryBytes) {
+    fail(`${path()} is ${length} bytes, over MAX_ENTRY_BYTES (${limits.maxEntryBytes})`);
   }
-  if (!isUtf8(bytes)) fail(`${path} is not valid UTF-8`);
-  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length).toString('utf8');
+  const buffer = Buffer.isBuffer(bytes)
+    ? bytes
+    : Buffer.from(bytes.buffer, bytes.byteOffset, length);
+  if (length <= SHORT_TEXT_BYTES) {
+    let ascii = true;
+    for (let k = 0; k < length && ascii; k++) ascii = (buffer[k] as number) < 0x80;
+    // ASCII is valid UTF-8, and its Latin-1 reading is the same text.
+    if (ascii) return (buffer as Latin1).latin1Slice(0, length);
+  }
+  if (!isUtf8(buffer)) fail(`${path()} is not valid UTF-8`);
+  return buffer.toString('utf8');
 }
 
 /** Exact, from the two unsigned 32-bit halves; a plain number only if protobufjs lacks Long. */
