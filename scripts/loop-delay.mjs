@@ -11,16 +11,19 @@
 //
 // Run as a script, it does a whole measurement on 127.0.0.1 and stops by itself:
 //
-//   node scripts/loop-delay.mjs --rps 1000 --seconds 20 [--warmup 5] [--node BIN] [--scenario three] [-- FLAG...]
+//   node scripts/loop-delay.mjs --rps 1000 --seconds 20 [--warmup 5] [--node BIN] [--scenario three]
+//     [--server FILE] [-- FLAG...]
 //
 // tollgate (dist/, built) on its in-memory store with fixed windows, ghz (PATH or .cache/ghz/)
 // sending one descriptor (or three) at a constant rate, 50 calls in flight on 4 connections, FLAGs
 // given to node. The loop is measured after a warm-up at the same rate. It prints ghz's p50/p99
-// beside the loop's numbers.
+// beside the loop's numbers and the process's CPU per call. --server runs another entry point with
+// the same environment (GRPC_PORT, PORT), such as the bench's bare servers.
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { monitorEventLoopDelay, performance, PerformanceObserver } from 'node:perf_hooks';
 import { setImmediate, setInterval, setTimeout } from 'node:timers';
@@ -60,6 +63,7 @@ function watchLoop() {
     descheduled: 0,
   });
   let long = fresh();
+  let since = process.cpuUsage();
   let last = performance.now();
   let lastCpu = process.cpuUsage();
   const tick = setInterval(() => {
@@ -93,6 +97,7 @@ function watchLoop() {
   tick.unref();
 
   const report = () => {
+    const used = process.cpuUsage(since);
     const ms = (ns) => Number((ns / 1e6).toFixed(2));
     const line = {
       loopDelay: {
@@ -112,6 +117,7 @@ function watchLoop() {
         descheduled: long.descheduled,
       },
       gc: { count: gcCount, totalMs: Number(gcMs.toFixed(1)) },
+      cpuMs: Number(((used.user + used.system) / 1000).toFixed(0)),
       node: process.version,
     };
     process.stderr.write(`loop-delay ${JSON.stringify(line)}\n`);
@@ -122,6 +128,7 @@ function watchLoop() {
     histogram.reset();
     long = fresh();
     gcMs = gcCount = 0;
+    since = process.cpuUsage();
   });
 }
 
@@ -159,7 +166,8 @@ async function measure(args) {
   );
   const grpcPort = await freePort();
   const httpPort = await freePort();
-  const service = spawn(node, [...nodeFlags, '--import', self, join(root, 'dist/main.js')], {
+  const entry = resolve(flag('server', join(root, 'dist/main.js')));
+  const service = spawn(node, [...nodeFlags, '--import', self, entry], {
     cwd: root,
     stdio: ['ignore', 'ignore', 'pipe'],
     env: {
@@ -176,13 +184,14 @@ async function measure(args) {
   });
   let stderr = '';
   service.stderr.on('data', (chunk) => (stderr += chunk));
+  // Up once its gRPC port takes connections: tollgate listens there once its rules are loaded.
   for (let i = 0; i < 100; i++) {
-    const up = await fetch(`http://127.0.0.1:${httpPort}/healthcheck`).then(
-      (r) => r.ok,
-      () => false,
-    );
+    const up = await new Promise((done) => {
+      const socket = connect(grpcPort, '127.0.0.1', () => done(socket.end() && true));
+      socket.once('error', () => done(false));
+    });
     if (up) break;
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await new Promise((done) => setTimeout(done, 100));
   }
   const three = flag('scenario', 'one') === 'three';
   const descriptors = three
@@ -233,6 +242,7 @@ async function measure(args) {
       errors: Object.values(ghzReport.errorDistribution ?? {}).reduce((a, b) => a + b, 0),
       p50Ms: Number(at(50).toFixed(2)),
       p99Ms: Number(at(99).toFixed(2)),
+      cpuUsPerCall: loop.cpuMs && Number(((loop.cpuMs * 1000) / ghzReport.count).toFixed(1)),
       ...loop,
       flags: nodeFlags.join(' '),
     }),
