@@ -3,7 +3,10 @@
 // headers), the metrics of the check, and encoding the reply. Timed in CPU time (the process's,
 // which leaves out the time a shared machine did not run it), as the median of rounds of many calls.
 //
-//   node scripts/hot-path.mjs [--scenario one|three] [--calls N] [--rounds R] DIST [DIST...]
+//   node scripts/hot-path.mjs [--scenario one|three] [--calls N] [--rounds R] [--redis-port P] DIST...
+//
+// --redis-port decides on a redis-server already listening on 127.0.0.1 (one call at a time, so the
+// CPU time includes the socket's system calls but no batching).
 //
 // With two builds (say, `dist` and a copy of an older one), the rounds alternate between them,
 // so that both see the same machine, and it prints each one's median CPU ns per call.
@@ -21,6 +24,8 @@ const option = (name, fallback) => {
   return args.splice(at, 2)[1];
 };
 const scenario = option('scenario', 'one');
+// A port of a redis-server on 127.0.0.1 to decide on, instead of the in-memory store.
+const redisPort = option('redis-port', undefined);
 const calls = Number(option('calls', '20000'));
 const rounds = Number(option('rounds', '15'));
 const dists = args.length > 0 ? args : ['dist'];
@@ -61,6 +66,7 @@ async function pathOf(dist) {
   const load = (file) => import(pathToFileURL(resolve(dist, file)).href);
   const { createLimiter } = await load('limiter.js');
   const { createMemoryStore } = await load('store/memoryStore.js');
+  const { createRedisStore } = await load('store/redisStore.js');
   const { createMetrics } = await load('metrics.js');
   const { loadRules } = await load('rules/loadRules.js');
   const { createRequestDecoder, encodeResponse } = await load('grpc/codec.js');
@@ -71,9 +77,27 @@ async function pathOf(dist) {
   const request = Buffer.from(requestType.encode({ domain: 'bench', descriptors }).finish());
   const ruleSet = loadRules(rules, { defaultAlgorithm: 'fixed_window', mergeDomainConfig: false });
   const metrics = createMetrics({ maxDetailedSeries: 1000 });
+  const store =
+    redisPort === undefined
+      ? createMemoryStore()
+      : createRedisStore(
+          {
+            type: 'single',
+            host: '127.0.0.1',
+            port: Number(redisPort),
+            username: undefined,
+            password: undefined,
+            db: 0,
+            tls: undefined,
+            timeoutMs: 1_000,
+          },
+          { batchLimit: 16 },
+        );
+  // Connected before anything counts.
+  await store.ping();
   const limiter = createLimiter({
     rules: () => ruleSet,
-    store: createMemoryStore(),
+    store,
     clock: undefined,
     defaultAlgorithm: 'fixed_window',
     keyPrefix: '',
@@ -84,6 +108,7 @@ async function pathOf(dist) {
   let bytes = 0;
   return {
     metrics,
+    close: () => store.close(),
     async call() {
       const decoded = decode(request);
       if (!decoded.ok) throw decoded.error;
@@ -118,3 +143,4 @@ for (const { dist, samples } of paths) {
       `max ${sorted[sorted.length - 1].toFixed(0)}; ${scenario} descriptor${scenario === 'one' ? '' : 's'}, ${rounds} rounds of ${calls})`,
   );
 }
+for (const { path } of paths) await path.close();
