@@ -62,17 +62,7 @@ export function responseHeaders(
   if (best === undefined) return [];
 
   const { limit, status } = best;
-  const name = `"${policyName(limit.name)}"`;
-  const windowSeconds = limit.windowMs / 1000;
-  const [quota, window] =
-    limit.algorithm === 'token_bucket'
-      ? [
-          limit.burst,
-          limit.requestsPerUnit > 0
-            ? Math.ceil((limit.burst * windowSeconds) / limit.requestsPerUnit)
-            : windowSeconds,
-        ]
-      : [limit.requestsPerUnit, windowSeconds];
+  const { name, policy, windowSeconds } = policyOf(limit);
   const resetSeconds =
     status.durationUntilResetMs === undefined
       ? undefined
@@ -81,7 +71,7 @@ export function responseHeaders(
   const headers: Header[] = [];
   if (kinds.ietf) {
     headers.push(
-      { key: 'RateLimit-Policy', value: `${name};q=${quota};w=${window}` },
+      { key: 'RateLimit-Policy', value: policy },
       {
         key: 'RateLimit',
         value: `${name};r=${status.limitRemaining}${resetSeconds === undefined ? '' : `;t=${resetSeconds}`}`,
@@ -103,6 +93,37 @@ export function responseHeaders(
     );
   }
   return headers;
+}
+
+interface Policy {
+  /** The quoted name, as both IETF headers give it. */
+  name: string;
+  /** RateLimit-Policy's value. */
+  policy: string;
+  windowSeconds: number;
+}
+
+/** What a limit's headers say whatever its counter holds, made once per limit of the rules. */
+const policies = new WeakMap<Limit, Policy>();
+
+function policyOf(limit: Limit): Policy {
+  let known = policies.get(limit);
+  if (known === undefined) {
+    const name = `"${policyName(limit.name)}"`;
+    const windowSeconds = limit.windowMs / 1000;
+    const [quota, window] =
+      limit.algorithm === 'token_bucket'
+        ? [
+            limit.burst,
+            limit.requestsPerUnit > 0
+              ? Math.ceil((limit.burst * windowSeconds) / limit.requestsPerUnit)
+              : windowSeconds,
+          ]
+        : [limit.requestsPerUnit, windowSeconds];
+    known = { name, policy: `${name};q=${quota};w=${window}`, windowSeconds };
+    policies.set(limit, known);
+  }
+  return known;
 }
 
 /** A structured-field string holds printable ASCII, with `"` and `\` escaped. */

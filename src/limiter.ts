@@ -447,15 +447,16 @@ function event(
   decision: Decision | undefined,
   fields: Partial<Parameters<CheckObserver>[0]>,
 ): Parameters<CheckObserver>[0] {
+  // Built whole, not spread over defaults: one object a check, of one shape.
   return {
     check,
     decision,
-    storeError: undefined,
-    storeMs: 0,
-    unknownDomain: false,
-    globalShadow: false,
-    rules: [],
-    ...fields,
+    storeError: fields.storeError,
+    storeMs: fields.storeMs ?? 0,
+    unknownDomain: fields.unknownDomain ?? false,
+    globalShadow: fields.globalShadow ?? false,
+    overLimitCache: fields.overLimitCache,
+    rules: fields.rules ?? [],
   };
 }
 

@@ -154,11 +154,115 @@ interface RuleSeries {
   localCache: number;
 }
 
+/**
+ * Observations of one histogram series not yet handed to prom-client: a count per bucket (the
+ * last one past every bound), their sum and their number. prom-client's own `observe` hashes and
+ * checks the labels on every call, even on a bound child; this is a bound scan and three adds.
+ */
+interface PendingHistogram {
+  buckets: Float64Array;
+  sum: number;
+  count: number;
+}
+
+const pendingHistogram = (): PendingHistogram => ({
+  buckets: new Float64Array(LATENCY_BUCKETS.length + 1),
+  sum: 0,
+  count: 0,
+});
+
+function record(pending: PendingHistogram, seconds: number): void {
+  // What prom-client refuses; the callers drop it too.
+  if (!Number.isFinite(seconds)) return;
+  let i = 0;
+  while (i < LATENCY_BUCKETS.length && seconds > (LATENCY_BUCKETS[i] as number)) i++;
+  pending.buckets[i] = (pending.buckets[i] as number) + 1;
+  pending.sum += seconds;
+  pending.count += 1;
+}
+
+/** What prom-client 15 keeps for one series of a histogram, which `moveInto` adds to. */
+interface HistogramCell {
+  labels: object;
+  bucketValues: Record<string, number>;
+  sum: number;
+  count: number;
+}
+
+/**
+ * Adds the pending observations to the histogram's series for `labels`, as many `observe` calls
+ * would. prom-client has no public call that adds a bucket's count, so this writes the series it
+ * keeps (after `zero`, which makes the series as an `observe` would); the check below stops at
+ * start-up if a prom-client changes that shape.
+ */
+function moveInto(
+  histogram: Histogram<string>,
+  labels: Record<string, string>,
+  pending: PendingHistogram,
+): void {
+  if (pending.count === 0) return;
+  const cell = histogramCell(histogram, labels);
+  LATENCY_BUCKETS.forEach((bound, i) => {
+    const n = pending.buckets[i] as number;
+    if (n > 0) cell.bucketValues[bound] = (cell.bucketValues[bound] ?? 0) + n;
+  });
+  cell.sum += pending.sum;
+  cell.count += pending.count;
+  pending.buckets.fill(0);
+  pending.sum = 0;
+  pending.count = 0;
+}
+
+function histogramCell(
+  histogram: Histogram<string>,
+  labels: Record<string, string>,
+): HistogramCell {
+  const cells = (histogram as unknown as { hashMap?: Record<string, HistogramCell> }).hashMap;
+  const matches = (cell: HistogramCell) => {
+    const own = cell.labels as Record<string, string>;
+    const names = Object.keys(labels);
+    return names.length === Object.keys(own).length && names.every((n) => own[n] === labels[n]);
+  };
+  let cell = cells && Object.values(cells).find(matches);
+  if (cell === undefined) {
+    histogram.zero(labels);
+    const made = (histogram as unknown as { hashMap?: Record<string, HistogramCell> }).hashMap;
+    cell = made && Object.values(made).find(matches);
+  }
+  if (
+    cell === undefined ||
+    typeof cell.sum !== 'number' ||
+    typeof cell.count !== 'number' ||
+    typeof cell.bucketValues !== 'object'
+  ) {
+    throw new Error(
+      'prom-client keeps histograms in another shape: the latency metrics cannot be kept',
+    );
+  }
+  return cell;
+}
+
 export function createMetrics(options: MetricsOptions): Metrics {
   const registry = new Registry();
   const registers = [registry];
   if (options.defaultMetrics ?? true) {
     collectDefaultMetrics({ register: registry, prefix: 'tollgate_' });
+  }
+
+  // RPCs and latencies since the registry was last read: plain numbers on the hot path, moved into
+  // prom-client by flushLatencies when it is read.
+  let requests = 0;
+  const responseTimes = pendingHistogram();
+  const checkDurations = new Map(RPC_OUTCOMES.map((o) => [o, pendingHistogram()]));
+  const storeDurations = pendingHistogram();
+  function flushLatencies(): void {
+    if (requests > 0) requestsChild.inc(requests);
+    requests = 0;
+    moveInto(responseTime, shouldRateLimit, responseTimes);
+    for (const [outcome, pending] of checkDurations) {
+      moveInto(checkDuration, { outcome }, pending);
+    }
+    moveInto(storeDuration, {}, storeDurations);
   }
 
   const series: RuleSeries[] = [];
@@ -228,6 +332,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
     help: 'RPCs answered.',
     labelNames: ['grpc_method'] as const,
     registers,
+    collect: flushLatencies,
   });
   const responseTime = new Histogram({
     name: 'ratelimit_service_response_time_seconds',
@@ -235,6 +340,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
     labelNames: ['grpc_method'] as const,
     buckets: LATENCY_BUCKETS,
     registers,
+    collect: flushLatencies,
   });
   const checkDuration = new Histogram({
     name: 'tollgate_check_duration_seconds',
@@ -242,12 +348,14 @@ export function createMetrics(options: MetricsOptions): Metrics {
     labelNames: ['outcome'] as const,
     buckets: LATENCY_BUCKETS,
     registers,
+    collect: flushLatencies,
   });
   const storeDuration = new Histogram({
     name: 'tollgate_store_duration_seconds',
     help: 'Time spent in the store per check, in seconds.',
     buckets: LATENCY_BUCKETS,
     registers,
+    collect: flushLatencies,
   });
   const storeErrors = new Counter({
     name: 'tollgate_store_errors_total',
@@ -302,11 +410,8 @@ export function createMetrics(options: MetricsOptions): Metrics {
     registers,
   }).set(1);
 
-  // Children bound once: labels() hashes its arguments on every call.
   const shouldRateLimit = { grpc_method: 'ShouldRateLimit' };
   const requestsChild = totalRequests.labels(shouldRateLimit);
-  const responseTimeChild = responseTime.labels(shouldRateLimit);
-  const checkDurationChild = new Map(RPC_OUTCOMES.map((o) => [o, checkDuration.labels(o)]));
   const storeErrorChildren = new Map<string, { inc(): void }[]>();
   // tollgate's own series of every known kind start at 0, so rate() and alerts see the first error
   // of each kind; the reference's should_rate_limit_error appears at its first, as the reference's.
@@ -384,7 +489,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
         }
         if (event.storeError !== undefined) countStoreError(event.storeError.kind);
         if (event.storeMs > 0 || event.storeError !== undefined) {
-          storeDuration.observe(Math.max(0, event.storeMs) / 1000);
+          record(storeDurations, Math.max(0, event.storeMs) / 1000);
         }
         if (event.unknownDomain) domainNotFound.inc();
         if (event.globalShadow) globalShadowMode.inc();
@@ -395,10 +500,11 @@ export function createMetrics(options: MetricsOptions): Metrics {
     },
 
     observeLatency(seconds: number, outcome: RpcOutcome): void {
-      requestsChild.inc();
+      requests += 1;
       if (!(seconds >= 0 && Number.isFinite(seconds))) return;
-      responseTimeChild.observe(seconds);
-      checkDurationChild.get(outcome)?.observe(seconds);
+      record(responseTimes, seconds);
+      const pending = checkDurations.get(outcome);
+      if (pending !== undefined) record(pending, seconds);
     },
 
     boundReached(bound: Bound): void {
@@ -406,7 +512,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
     },
 
     invalidRequest(): void {
-      requestsChild.inc();
+      requests += 1;
       invalidRequests.inc();
     },
 

@@ -11,11 +11,26 @@ import type { RuleNode } from './types.js';
  *   at a bare key or a wildcard without `share_threshold`, which is `key_<request value>` (`key`
  *   alone for an empty value).
  * `detailed` says the key holds request values, so the metrics must cap its series.
+ *
+ * A key that holds no request value is the node's alone: it is made once and kept with the node.
  */
 export function metricKeyOf(
   node: RuleNode,
   entries: readonly Entry[],
-): { parts: string[]; detailed: boolean } {
+): { parts: readonly string[]; detailed: boolean } {
+  const known = fixedKeys.get(node);
+  if (known !== undefined) return known;
+  const key = buildMetricKey(node, entries);
+  if (!key.detailed) fixedKeys.set(node, key);
+  return key;
+}
+
+const fixedKeys = new WeakMap<RuleNode, { parts: readonly string[]; detailed: boolean }>();
+
+function buildMetricKey(
+  node: RuleNode,
+  entries: readonly Entry[],
+): { parts: readonly string[]; detailed: boolean } {
   const parts = new Array<string>(entries.length);
   let detailed = false;
   let sharing = false;

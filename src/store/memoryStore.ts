@@ -43,9 +43,9 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store & { s
     checks: readonly CounterCheck[],
     states: readonly Loaded[],
     verdicts: (boolean | undefined)[],
-  ): Map<number, number> {
+  ): Map<number, number> | undefined {
+    if (!checks.some((check) => check.reference)) return undefined;
     const counts = new Map<number, number>();
-    if (!checks.some((check) => check.reference)) return counts;
     const near = checks.map((check, i) => {
       const counting = check.reference;
       if (!counting?.stop || counting.cached) return false;
@@ -117,7 +117,7 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store & { s
         const state = states[i] as Loaded;
         const fits = verdicts[i];
         if (check.reference) {
-          const count = counts.get(i) as number;
+          const count = counts?.get(i) as number;
           return { fits: fits === true, remaining: count, resetMs: state.window - state.e };
         }
         let commit = check.shadow
