@@ -190,4 +190,31 @@ describe('the plain fixed-window script', () => {
       kind: 'wrong_type',
     });
   });
+
+  it('names the command that a Redis user may not run, as the decision script does', async () => {
+    const commands = ['+evalsha', '+eval', '+hmget', '+hset', '+time', '+ping'];
+    await redis.client.call(
+      'ACL',
+      'SETUSER',
+      'nopexpire',
+      'reset',
+      'on',
+      '>secret',
+      '~*',
+      ...commands,
+    );
+    const limited = createRedisStore(
+      storeSettings(redis, { username: 'nopexpire', password: 'secret' }),
+    );
+    try {
+      await limited.ping();
+      // A new counter's first write sets its TTL, which this user may not.
+      await expect(limited.decide([fixed('acl:{z}:1', 5, 1)], undefined)).rejects.toMatchObject({
+        kind: 'permission',
+        message: expect.stringContaining("'pexpire'"),
+      });
+    } finally {
+      await limited.close();
+    }
+  });
 });
