@@ -3,9 +3,9 @@ import {
   decideArgs,
   decideCall,
   loadDecisionScript,
-  loadFixedWindowScript,
   type ScriptArgs,
 } from '../src/store/script.js';
+import { loadFixedWindowScript } from '../src/store/fixedWindowScript.js';
 import type { CounterCheck } from '../src/store/Store.js';
 import { median } from './stats.js';
 

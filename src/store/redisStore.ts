@@ -15,7 +15,6 @@ import {
   batchCall,
   decideCall,
   loadDecisionScript,
-  loadFixedWindowScript,
   probeArgs,
   readBatch,
   readDecision,
@@ -24,6 +23,7 @@ import {
   type ScriptCall,
   type ScriptName,
 } from './script.js';
+import { loadFixedWindowScript } from './fixedWindowScript.js';
 import { keySlot } from './slots.js';
 
 /**

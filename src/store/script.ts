@@ -2,6 +2,12 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { CounterCheck, CounterResult, StoreDecision } from './Store.js';
+import {
+  fixedWindowArgs,
+  fixedWindowBatchArgs,
+  fixedWindowCounting,
+  type FixedWindowCounting,
+} from './fixedWindowScript.js';
 
 /** The order matters: helpers, then the algorithms that register themselves, then the dispatcher. */
 const PARTS = [
@@ -16,18 +22,6 @@ const PARTS = [
 export function loadDecisionScript(): string {
   const dir = new URL('../../lua/', import.meta.url);
   return PARTS.map((name) => readFileSync(fileURLToPath(new URL(name, dir)), 'utf8')).join('\n');
-}
-
-/**
- * The script for requests whose every counter is a plain fixed window (see
- * lua/plain_fixed_window.lua): it decides them as the decision script does, at a fraction of its
- * cost to Redis. A script of its own, with its own SHA, loaded beside the decision script.
- */
-export function loadFixedWindowScript(): string {
-  return readFileSync(
-    fileURLToPath(new URL('../../lua/plain_fixed_window.lua', import.meta.url)),
-    'utf8',
-  );
 }
 
 /** The script's SHA-1, as EVALSHA names it. */
@@ -150,55 +144,13 @@ export interface ScriptCall {
 }
 
 /**
- * How lua/plain_fixed_window.lua counts a request's counters: 'plain' when every one is a fixed
- * window with no flag, 'reference' when every one is a fixed window counted as the reference
- * counts, with no other flag (no STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, not remembered over);
- * undefined when the request needs the decision script.
- */
-export type FixedWindowCounting = 'plain' | 'reference';
-
-export function fixedWindowCounting(
-  checks: readonly CounterCheck[],
-): FixedWindowCounting | undefined {
-  let counting: FixedWindowCounting | undefined;
-  for (const check of checks) {
-    const own = ownCounting(check);
-    if (own === undefined || (counting !== undefined && counting !== own)) return undefined;
-    counting = own;
-  }
-  return counting;
-}
-
-function ownCounting(check: CounterCheck): FixedWindowCounting | undefined {
-  if (check.algorithm !== 'fixed_window' || check.shadow || check.quota || check.overdraw) {
-    return undefined;
-  }
-  if (check.renew === true) return undefined;
-  const reference = check.reference;
-  if (reference === undefined) return 'plain';
-  return reference.stop || reference.cached ? undefined : 'reference';
-}
-
-/**
  * A decide call for a whole request: on the plain fixed-window script when every counter allows
  * it, otherwise on the decision script. Both reply alike (see `readDecision`).
  */
 export function decideCall(checks: readonly CounterCheck[], time: DecideTime): ScriptCall {
   const counting = fixedWindowCounting(checks);
   if (counting === undefined) return { script: 'decision', args: decideArgs(checks, time) };
-  const args: ScriptArgs = [checks.length];
-  for (const check of checks) args.push(check.key);
-  args.push(time.nowMs === undefined ? '' : time.nowMs, time.skewToleranceMs);
-  args.push(COUNTINGS[counting]);
-  pushFixedWindows(args, checks);
-  return { script: 'fixedWindow', args };
-}
-
-const COUNTINGS: Readonly<Record<FixedWindowCounting, number>> = { plain: 0, reference: 1 };
-
-/** The 3 arguments of each counter, as plain_fixed_window.lua reads them. */
-function pushFixedWindows(args: ScriptArgs, checks: readonly CounterCheck[]): void {
-  for (const check of checks) args.push(check.windowMs, check.limit, check.cost);
+  return { script: 'fixedWindow', args: fixedWindowArgs(checks, time, counting) };
 }
 
 /** The reply of a decide call for a whole request: the store's decision, as it is returned. */
@@ -274,17 +226,10 @@ export function batchCall(requests: readonly BatchedDecide[], skewToleranceMs: n
     }
     countings.push(counting);
   }
-  let keys = 0;
-  for (const request of requests) keys += request.checks.length;
-  const args: ScriptArgs = [keys];
-  for (const request of requests) for (const check of request.checks) args.push(check.key);
-  args.push('batch', skewToleranceMs);
-  requests.forEach((request, i) => {
-    args.push(request.nowMs === undefined ? '' : request.nowMs, request.checks.length);
-    args.push(COUNTINGS[countings[i] as FixedWindowCounting]);
-    pushFixedWindows(args, request.checks);
-  });
-  return { script: 'fixedWindow', args };
+  return {
+    script: 'fixedWindow',
+    args: fixedWindowBatchArgs(requests, countings, skewToleranceMs),
+  };
 }
 
 /**

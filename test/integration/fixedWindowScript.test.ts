@@ -6,10 +6,10 @@ import {
   decideArgs,
   decideCall,
   loadDecisionScript,
-  loadFixedWindowScript,
   readDecision,
   scriptSha,
 } from '../../src/store/script.js';
+import { loadFixedWindowScript } from '../../src/store/fixedWindowScript.js';
 import type { CounterCheck, Store, StoreDecision } from '../../src/store/Store.js';
 import { startRedis, storeSettings, type TestRedis } from '../support/redis.js';
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { batchCall, decideCall, fixedWindowCounting } from '../../src/store/script.js';
+import { fixedWindowCounting } from '../../src/store/fixedWindowScript.js';
+import { batchCall, decideCall } from '../../src/store/script.js';
 import type { CounterCheck } from '../../src/store/Store.js';
 
 // Which script decides a request: the plain fixed-window one only when it would decide exactly
