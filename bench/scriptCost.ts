@@ -1,5 +1,11 @@
 import type { Redis } from 'ioredis';
-import { decideArgs, loadDecisionScript, type ScriptArgs } from '../src/store/script.js';
+import {
+  decideArgs,
+  decideCall,
+  loadDecisionScript,
+  type ScriptArgs,
+} from '../src/store/script.js';
+import { loadFixedWindowScript } from '../src/store/fixedWindowScript.js';
 import type { CounterCheck } from '../src/store/Store.js';
 import { median } from './stats.js';
 
@@ -9,8 +15,9 @@ import { median } from './stats.js';
  * (which includes the script's inner commands) is read from INFO commandstats. Rounds alternate
  * the variants, and the median of the rounds is kept.
  *
- * Beside tollgate's script, with one and with three fixed-window counters, three scripts that
- * decide nothing bound what any script could save:
+ * Beside tollgate's two scripts, the decision script and the plain fixed-window script that
+ * requests of plain fixed windows run (each with one and with three fixed-window counters, the
+ * same request), three scripts that decide nothing bound what any script could save:
  * - `return 1`: what EVALSHA costs by itself;
  * - the same Redis commands as a fixed-window check (TIME, then HMGET and HSET per counter), with
  *   no logic around them;
@@ -71,6 +78,7 @@ interface Variant {
 
 function variants(): Variant[] {
   const shipped = loadDecisionScript();
+  const fixedWindow = loadFixedWindowScript();
   const keys = (prefix: string, i: number, n: number) =>
     Array.from({ length: n }, (_, k) => `tg:{${i}}:${prefix}:${k}`);
   const plain = (prefix: string, n: number) => (i: number) => [n, ...keys(prefix, i, n)];
@@ -84,6 +92,14 @@ function variants(): Variant[] {
           nowMs: undefined,
           skewToleranceMs: 0,
         }),
+    })),
+    ...[1, 3].map((n) => ({
+      name: "tollgate's plain fixed-window script",
+      counters: n,
+      lua: fixedWindow,
+      args: (i: number) =>
+        decideCall(keys(`fixed${n}`, i, n).map(check), { nowMs: undefined, skewToleranceMs: 0 })
+          .args,
     })),
     { name: 'EVALSHA of `return 1`', counters: 0, lua: 'return 1', args: () => [0] },
     ...[1, 3].map((n) => ({

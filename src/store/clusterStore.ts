@@ -2,12 +2,13 @@ import type { StoreError } from '../errors.js';
 import type { CounterCheck, CounterResult, Store, StoreDecision } from './Store.js';
 import {
   decideArgs,
+  decideCall,
   readDecision,
   readPartDecision,
   refundable,
   refundArgs,
   type CallDecision,
-  type ScriptArgs,
+  type ScriptCall,
 } from './script.js';
 import { withDeadline } from './deadline.js';
 import { keySlot } from './slots.js';
@@ -30,8 +31,8 @@ import { keySlot } from './slots.js';
  * refunded the same way.
  */
 export interface SlotBackend {
-  /** One call of the decision script, sent to the master of its keys' slot. */
-  run(args: ScriptArgs): Promise<unknown>;
+  /** One script call, sent to the master of its keys' slot. */
+  run(call: ScriptCall): Promise<unknown>;
   /** Deletes keys that share one slot, resolving with how many existed. */
   del(keys: string[]): Promise<number>;
   /** Counts which of these keys, sharing one slot, exist. */
@@ -58,16 +59,19 @@ export function createClusterStore(backend: SlotBackend, options: ClusterStoreOp
   const skewToleranceMs = options.clockSkewToleranceMs;
   const refunds = new Set<Promise<void>>();
 
-  async function call<T>(args: ScriptArgs, read: (reply: unknown) => T): Promise<T> {
+  async function call<T>(script: ScriptCall, read: (reply: unknown) => T): Promise<T> {
     try {
-      return read(await withDeadline(backend.run(args), timeoutMs));
+      return read(await withDeadline(backend.run(script), timeoutMs));
     } catch (error) {
       throw classify(error);
     }
   }
 
   function refund(checks: CounterCheck[], atMs: number): void {
-    const sent: Promise<void> = call(refundArgs(checks, atMs), () => undefined)
+    const sent: Promise<void> = call(
+      { script: 'decision', args: refundArgs(checks, atMs) },
+      () => undefined,
+    )
       .catch((error: StoreError) => options.onError?.(error))
       .finally(() => refunds.delete(sent));
     refunds.add(sent);
@@ -81,9 +85,8 @@ export function createClusterStore(backend: SlotBackend, options: ClusterStoreOp
     const calls = await Promise.allSettled(
       groups.map((group) => {
         const part = group.map((index) => checks[index] as CounterCheck);
-        return call(decideArgs(part, { nowMs, skewToleranceMs }, true), (reply) =>
-          readPartDecision(reply, part.length),
-        );
+        const args = decideArgs(part, { nowMs, skewToleranceMs }, true);
+        return call({ script: 'decision', args }, (reply) => readPartDecision(reply, part.length));
       }),
     );
     const results = new Array<CounterResult>(checks.length);
@@ -145,7 +148,7 @@ export function createClusterStore(backend: SlotBackend, options: ClusterStoreOp
     async decide(checks, nowMs) {
       const groups = bySlot(checks.map((check) => check.key));
       if (groups.length === 1) {
-        return call(decideArgs(checks, { nowMs, skewToleranceMs }), (reply) =>
+        return call(decideCall(checks, { nowMs, skewToleranceMs }), (reply) =>
           readDecision(reply, checks.length),
         );
       }

@@ -12,21 +12,26 @@ import { createSilenceWatch } from './silence.js';
 import { classifyRedisError as classify } from './redisErrors.js';
 import { probeKey } from '../keys.js';
 import {
-  batchArgs,
-  decideArgs,
+  batchCall,
+  decideCall,
   loadDecisionScript,
   probeArgs,
   readBatch,
   readDecision,
   scriptSha,
   type ScriptArgs,
+  type ScriptCall,
+  type ScriptName,
 } from './script.js';
+import { loadFixedWindowScript } from './fixedWindowScript.js';
 import { keySlot } from './slots.js';
 
 /**
  * The Redis store: each request decided in one EVALSHA of the decision script (see
- * lua/dispatch.lua), which requests arriving together share (see batcher.ts), on a single Redis,
- * on the master that Sentinel names, or on Redis Cluster (see clusterStore.ts).
+ * lua/dispatch.lua), or of the cheaper plain fixed-window script when every counter of it is a
+ * plain fixed window (see lua/plain_fixed_window.lua), which requests arriving together share (see
+ * batcher.ts), on a single Redis, on the master that Sentinel names, or on Redis Cluster (see
+ * clusterStore.ts).
  *
  * ioredis's defaults suit a cache, not a limiter in a request's critical path: it would queue
  * commands while disconnected and retry them, so a call could outlive Envoy's 20 ms deadline. Here
@@ -101,8 +106,7 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
   };
   const lua = loadDecisionScript();
   const sha = scriptSha(lua);
-  redis.defineCommand('tollgateDecide', { lua });
-  const script = (redis as unknown as { tollgateDecide: DecideCommand }).tollgateDecide.bind(redis);
+  const scripts = defineScripts(redis, lua);
   const timeoutMs = settings.timeoutMs;
   const silentMs = Math.max(1_000, 4 * timeoutMs);
   const silence = createSilenceWatch(
@@ -119,7 +123,7 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
   /** Every call: bounded by REDIS_TIMEOUT, and watched for a silent connection. */
   const bounded = <T>(call: Promise<T>) =>
     withDeadline(silence.track(call), timeoutMs, silence.timedOut);
-  const decide = (...args: ScriptArgs) => bounded(script(...args));
+  const decide = (call: ScriptCall) => bounded(scripts[call.script](...call.args));
   /** DEL or EXISTS: one bounded call that answers how many of `keys` it found. */
   const countKeys = async (
     keys: readonly string[],
@@ -139,7 +143,7 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
     windowMs: options.batchWindowMs ?? 0,
     async sendOne(checks, nowMs) {
       try {
-        const reply = await decide(...decideArgs(checks, { nowMs, skewToleranceMs }));
+        const reply = await decide(decideCall(checks, { nowMs, skewToleranceMs }));
         return readDecision(reply, checks.length);
       } catch (error) {
         throw explain(error);
@@ -148,7 +152,7 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
     async sendBatch(requests) {
       let reply: unknown;
       try {
-        reply = await decide(...batchArgs(requests, skewToleranceMs));
+        reply = await decide(batchCall(requests, skewToleranceMs));
       } catch (error) {
         throw explain(error);
       }
@@ -188,6 +192,23 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
     async close() {
       redis.disconnect();
     },
+  };
+}
+
+/**
+ * The two scripts as ioredis commands, each sent as EVALSHA of its own SHA, falling back to EVAL
+ * on NOSCRIPT by itself.
+ */
+function defineScripts(node: Redis | Cluster, lua: string): Record<ScriptName, DecideCommand> {
+  node.defineCommand('tollgateDecide', { lua });
+  node.defineCommand('tollgateFixedWindow', { lua: loadFixedWindowScript() });
+  const commands = node as unknown as Record<
+    'tollgateDecide' | 'tollgateFixedWindow',
+    DecideCommand
+  >;
+  return {
+    decision: commands.tollgateDecide.bind(node),
+    fixedWindow: commands.tollgateFixedWindow.bind(node),
   };
 }
 
@@ -299,12 +320,9 @@ function clusterBackend(settings: RedisSettings, options: RedisStoreOptions): Sl
   });
   const lua = loadDecisionScript();
   const sha = scriptSha(lua);
-  cluster.defineCommand('tollgateDecide', { lua });
-  const decide = (cluster as unknown as { tollgateDecide: DecideCommand }).tollgateDecide.bind(
-    cluster,
-  );
+  const scripts = defineScripts(cluster, lua);
   return {
-    run: (args) => decide(...args),
+    run: (call) => scripts[call.script](...call.args),
     del: (keys) => withDeadline(cluster.del(...keys), settings.timeoutMs),
     exists: (keys) => withDeadline(cluster.exists(...keys), settings.timeoutMs),
     async ping() {

@@ -2,6 +2,12 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { CounterCheck, CounterResult, StoreDecision } from './Store.js';
+import {
+  fixedWindowArgs,
+  fixedWindowBatchArgs,
+  fixedWindowCounting,
+  type FixedWindowCounting,
+} from './fixedWindowScript.js';
 
 /** The order matters: helpers, then the algorithms that register themselves, then the dispatcher. */
 const PARTS = [
@@ -128,6 +134,25 @@ export interface CallDecision extends StoreDecision {
   atMs: number;
 }
 
+/** Which script a call runs: the decision script, or the plain fixed-window one. */
+export type ScriptName = 'decision' | 'fixedWindow';
+
+/** One script call: the script, and its arguments (numkeys, KEYS, then ARGV). */
+export interface ScriptCall {
+  script: ScriptName;
+  args: ScriptArgs;
+}
+
+/**
+ * A decide call for a whole request: on the plain fixed-window script when every counter allows
+ * it, otherwise on the decision script. Both reply alike (see `readDecision`).
+ */
+export function decideCall(checks: readonly CounterCheck[], time: DecideTime): ScriptCall {
+  const counting = fixedWindowCounting(checks);
+  if (counting === undefined) return { script: 'decision', args: decideArgs(checks, time) };
+  return { script: 'fixedWindow', args: fixedWindowArgs(checks, time, counting) };
+}
+
 /** The reply of a decide call for a whole request: the store's decision, as it is returned. */
 export function readDecision(reply: unknown, count: number): StoreDecision {
   const numbers = replyNumbers(reply, 3, count);
@@ -186,6 +211,25 @@ export function batchArgs(requests: readonly BatchedDecide[], skewToleranceMs: n
     pushCounters(args, request.checks, false);
   }
   return args;
+}
+
+/**
+ * A batch call: on the plain fixed-window script when every request of it may go there, otherwise
+ * on the decision script. Both reply alike (see `readBatch`).
+ */
+export function batchCall(requests: readonly BatchedDecide[], skewToleranceMs: number): ScriptCall {
+  const countings: FixedWindowCounting[] = [];
+  for (const request of requests) {
+    const counting = fixedWindowCounting(request.checks);
+    if (counting === undefined) {
+      return { script: 'decision', args: batchArgs(requests, skewToleranceMs) };
+    }
+    countings.push(counting);
+  }
+  return {
+    script: 'fixedWindow',
+    args: fixedWindowBatchArgs(requests, countings, skewToleranceMs),
+  };
 }
 
 /**

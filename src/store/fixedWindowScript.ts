@@ -1,0 +1,85 @@
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import type { BatchedDecide, DecideTime, ScriptArgs } from './script.js';
+import type { CounterCheck } from './Store.js';
+
+/**
+ * The script for requests whose every counter is a plain fixed window (see
+ * lua/plain_fixed_window.lua): it decides them as the decision script does, at about half its
+ * cost to Redis. A script of its own, with its own SHA, loaded beside the decision script;
+ * `decideCall` and `batchCall` in script.ts choose between the two, once per call.
+ */
+export function loadFixedWindowScript(): string {
+  const url = new URL('../../lua/plain_fixed_window.lua', import.meta.url);
+  return readFileSync(fileURLToPath(url), 'utf8');
+}
+
+/**
+ * How the script counts a request's counters: 'plain' when every one is a fixed window with no
+ * flag, 'reference' when every one is a fixed window counted as the reference counts, with no
+ * other flag (no STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, not remembered over); undefined when
+ * the request needs the decision script.
+ */
+export type FixedWindowCounting = 'plain' | 'reference';
+
+export function fixedWindowCounting(
+  checks: readonly CounterCheck[],
+): FixedWindowCounting | undefined {
+  let counting: FixedWindowCounting | undefined;
+  for (const check of checks) {
+    const own = ownCounting(check);
+    if (own === undefined || (counting !== undefined && counting !== own)) return undefined;
+    counting = own;
+  }
+  return counting;
+}
+
+function ownCounting(check: CounterCheck): FixedWindowCounting | undefined {
+  if (check.algorithm !== 'fixed_window' || check.shadow || check.quota || check.overdraw) {
+    return undefined;
+  }
+  if (check.renew === true) return undefined;
+  const reference = check.reference;
+  if (reference === undefined) return 'plain';
+  return reference.stop || reference.cached ? undefined : 'reference';
+}
+
+const COUNTINGS: Readonly<Record<FixedWindowCounting, number>> = { plain: 0, reference: 1 };
+
+/** A decide call: numkeys, KEYS, then ARGV, as the script's header lays them out. */
+export function fixedWindowArgs(
+  checks: readonly CounterCheck[],
+  time: DecideTime,
+  counting: FixedWindowCounting,
+): ScriptArgs {
+  const args: ScriptArgs = [checks.length];
+  for (const check of checks) args.push(check.key);
+  args.push(time.nowMs === undefined ? '' : time.nowMs, time.skewToleranceMs, COUNTINGS[counting]);
+  pushCounters(args, checks);
+  return args;
+}
+
+/** A batch call: each request with its own time and counting. */
+export function fixedWindowBatchArgs(
+  requests: readonly BatchedDecide[],
+  countings: readonly FixedWindowCounting[],
+  skewToleranceMs: number,
+): ScriptArgs {
+  let keys = 0;
+  for (const request of requests) keys += request.checks.length;
+  const args: ScriptArgs = [keys];
+  for (const request of requests) for (const check of request.checks) args.push(check.key);
+  args.push('batch', skewToleranceMs);
+  requests.forEach((request, i) => {
+    const counting = countings[i] as FixedWindowCounting;
+    args.push(request.nowMs === undefined ? '' : request.nowMs, request.checks.length);
+    args.push(COUNTINGS[counting]);
+    pushCounters(args, request.checks);
+  });
+  return args;
+}
+
+/** The 3 arguments of each counter: W, L and the cost. */
+function pushCounters(args: ScriptArgs, checks: readonly CounterCheck[]): void {
+  for (const check of checks) args.push(check.windowMs, check.limit, check.cost);
+}
