@@ -48,6 +48,7 @@
  * - `tollgate_bounds_reached_total{bound}`: what the server's bounds refused or ended, by bound:
  *   grpc_connections, grpc_calls, grpc_receiving_bytes, grpc_call_timeout, grpc_connection_age,
  *   http_connections.
+ * - `tollgate_statsd_dropped_flushes_total`: statsd flushes that lost stats (USE_STATSD).
  * - `tollgate_workers`: service processes serving: 1 in each, so the cluster's sum counts them.
  * - `tollgate_worker_restarts_total`: under WORKERS > 1, workers that exited and were replaced
  *   (counted by the cluster primary).
@@ -111,6 +112,8 @@ export interface Metrics {
   rulesVersion(source: string, version: string): void;
   /** A server bound refused or ended a connection or a call. */
   boundReached(bound: Bound): void;
+  /** A statsd flush lost packets (USE_STATSD): no connection, or a server that reads nothing. */
+  statsdFlushDropped(): void;
   /** The Content-Type of `text()`. */
   readonly contentType: string;
   /** The text exposition, for GET /metrics. */
@@ -403,6 +406,11 @@ export function createMetrics(options: MetricsOptions): Metrics {
     registers,
   });
   for (const bound of BOUNDS) boundsReached.labels(bound).inc(0);
+  const statsdDropped = new Counter({
+    name: 'tollgate_statsd_dropped_flushes_total',
+    help: 'statsd flushes (USE_STATSD) that lost stats: no connection, or a server reading nothing.',
+    registers,
+  });
   // Summed over a cluster's live workers (a retired worker's gauges go with it): how many serve.
   new Gauge({
     name: 'tollgate_workers',
@@ -509,6 +517,10 @@ export function createMetrics(options: MetricsOptions): Metrics {
 
     boundReached(bound: Bound): void {
       boundsReached.labels(bound).inc();
+    },
+
+    statsdFlushDropped(): void {
+      statsdDropped.inc();
     },
 
     invalidRequest(): void {

@@ -96,21 +96,21 @@ export function createService(options: ServiceOptions): Service {
   const { settings } = options;
   const clock = options.clock ?? Date.now;
   const logger = options.logger ?? createLogger(settings);
+  const baseMetrics =
+    options.metrics ??
+    createMetrics({
+      maxDetailedSeries: settings.metrics.maxDetailedSeries,
+      referenceLabels: settings.compatMode === 'reference',
+    });
   const statsd =
     settings.statsd &&
     createStatsd(settings.statsd, {
       maxDetailedSeries: settings.metrics.maxDetailedSeries,
       onError: (error) =>
         logger.warn({ err: error }, 'statsd: sending stats failed; they are dropped meanwhile'),
+      onDroppedFlush: () => baseMetrics.statsdFlushDropped(),
     });
-  const metrics = withStatsd(
-    options.metrics ??
-      createMetrics({
-        maxDetailedSeries: settings.metrics.maxDetailedSeries,
-        referenceLabels: settings.compatMode === 'reference',
-      }),
-    statsd,
-  );
+  const metrics = withStatsd(baseMetrics, statsd);
   const tracing = createTracing({ env: options.env ?? process.env });
 
   const loadOptions = {

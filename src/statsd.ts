@@ -1,6 +1,6 @@
 /**
  * The reference's statsd output (USE_STATSD=true): its stat names, counted in memory and sent
- * every STATS_FLUSH_INTERVAL through hot-shots, over TCP (the reference's default) or UDP.
+ * every STATS_FLUSH_INTERVAL over TCP (the reference's default) or UDP (statsdTransport.ts).
  *
  * Counters (the value sent is what was added since the last flush; nothing is sent for 0):
  * - `ratelimit.service.rate_limit.DOMAIN.KEY.{total_hits, over_limit, near_limit, within_limit,
@@ -22,14 +22,15 @@
  * Bounded: descriptor-valued keys (detailed_metric, value_to_metric) take at most
  * METRICS_MAX_DETAILED_SERIES distinct names, as the Prometheus series do; past that their hits
  * are counted under `DOMAIN._overflow`. A statsd server that is down or slow costs nothing but
- * the lost stats: sends never wait, at most MAX_UNSENT packets wait for the socket (past that a
- * flush is dropped), and errors are logged at most once a minute.
+ * the lost stats: sends never wait, the transport bounds what waits for its socket and drops the
+ * rest (each flush that lost a packet is counted), it reconnects by itself, and errors are logged
+ * at most once a minute.
  */
-import StatsD from 'hot-shots';
 import type { CheckEvent, RuleOutcome } from './outcome.js';
 import { splitHits } from './outcome.js';
 import { statName } from './rules/metricKey.js';
 import { OVERFLOW_KEY, type Metrics } from './metrics.js';
+import { createTcpTransport, createUdpTransport } from './statsdTransport.js';
 
 export interface StatsdSettings {
   host: string;
@@ -45,6 +46,8 @@ export interface StatsdOptions {
   maxDetailedSeries: number;
   /** A send failed: the statsd server is unreachable, say. Called at most once a minute. */
   onError?: (error: Error) => void;
+  /** A flush lost some or all of its packets: no connection, or a server that reads nothing. */
+  onDroppedFlush?: () => void;
 }
 
 export interface Statsd {
@@ -58,15 +61,8 @@ export interface Statsd {
   close(): Promise<void>;
 }
 
-/** hot-shots' own send of a whole message, which its typings leave out. */
-interface RawSend {
-  send(message: string, tags: undefined, callback: (error?: Error | null) => void): void;
-}
-
 /** Response-time lines kept between two flushes; past it, the rest wait for the next one. */
 const MAX_TIMINGS = 10_000;
-/** Packets a slow or silent server may leave unsent before flushes are dropped. */
-const MAX_UNSENT = 64;
 
 const RULE_STATS = [
   ['total_hits', 'totalHits'],
@@ -94,28 +90,12 @@ export function createStatsd(settings: StatsdSettings, options: StatsdOptions): 
     lastError = now;
     options.onError?.(error);
   };
-  // No buffering in hot-shots: each flush is sent as a few packets of many lines, and each
-  // packet's callback says when the socket took it.
-  const client = new StatsD({
+  const transport = (settings.protocol === 'udp' ? createUdpTransport : createTcpTransport)({
     host: settings.host,
     port: settings.port,
-    protocol: settings.protocol,
-    maxBufferSize: 0,
-    datadog: false,
-    includeDataDogTags: false,
-    includeDatadogTelemetry: false,
-    errorHandler: report,
+    onError: report,
   });
   const packetBytes = settings.protocol === 'udp' ? 1_432 : 8_192;
-  /** Packets handed to the socket that it has not taken yet: a slow server's backlog. */
-  let unsent = 0;
-  const sendPacket = (packet: string) => {
-    unsent += 1;
-    (client as unknown as RawSend).send(packet, undefined, (error?: Error | null) => {
-      unsent -= 1;
-      if (error) report(error);
-    });
-  };
   /** The response times since the last flush, one line each, as the reference sends them. */
   let timings: string[] = [];
 
@@ -208,31 +188,27 @@ export function createStatsd(settings: StatsdSettings, options: StatsdOptions): 
       for (const [stat, value] of pending) lines.push(`${stat}:${value}|c`);
       pending.clear();
       timings = [];
-      // A server that takes nothing leaves at most MAX_UNSENT packets waiting; past that, this
-      // flush's stats are dropped, as the reference's stats library drops them when its
-      // channel is full.
-      if (unsent >= MAX_UNSENT) return;
+      // Stats the socket cannot take now are dropped, as the reference's stats library drops
+      // them when its channel is full.
+      let dropped = false;
       let packet = '';
       for (const line of lines) {
         if (packet !== '' && packet.length + 1 + line.length > packetBytes) {
-          sendPacket(packet);
+          if (!transport.send(packet)) dropped = true;
           packet = line;
         } else {
           packet = packet === '' ? line : `${packet}\n${line}`;
         }
       }
-      if (packet !== '') sendPacket(packet);
+      if (packet !== '' && !transport.send(packet)) dropped = true;
+      if (dropped) options.onDroppedFlush?.();
     },
     async close() {
       clearInterval(timer);
       statsd.flush();
-      // A server that never answered must not hold the shutdown.
-      let timeout: NodeJS.Timeout | undefined;
-      await Promise.race([
-        new Promise<void>((resolve) => client.close(() => resolve())),
-        new Promise<void>((resolve) => (timeout = setTimeout(resolve, 1_000))),
-      ]);
-      clearTimeout(timeout);
+      // The transport waits at most a second: a server that never answered must not hold the
+      // shutdown.
+      await transport.close();
     },
   };
   return statsd;

@@ -1,5 +1,5 @@
 import { createSocket } from 'node:dgram';
-import { createServer, type Server } from 'node:net';
+import { createServer, type Server, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { callCheck, d, eventually, startTollgate, type Tollgate } from '../support/tollgate.js';
 
@@ -20,6 +20,8 @@ descriptors:
 interface Listener {
   port: number;
   lines: string[];
+  /** TCP: the connections open now. */
+  sockets: Set<Socket>;
   counters(): Map<string, number>;
   close(): Promise<void>;
 }
@@ -37,9 +39,12 @@ function countersOf(lines: readonly string[]): Map<string, number> {
   return sums;
 }
 
-async function tcpListener(): Promise<Listener> {
+async function tcpListener(port = 0): Promise<Listener> {
   const lines: string[] = [];
+  const sockets = new Set<Socket>();
   const server: Server = createServer((socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
     socket.setEncoding('utf8');
     let rest = '';
     socket.on('data', (chunk: string) => {
@@ -49,12 +54,13 @@ async function tcpListener(): Promise<Listener> {
       rest = text.slice(cut);
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
   const address = server.address();
   if (address === null || typeof address === 'string') throw new Error('no TCP port');
   return {
     port: address.port,
     lines,
+    sockets,
     counters: () => countersOf(lines),
     close: () => new Promise((resolve) => server.close(() => resolve())),
   };
@@ -68,6 +74,7 @@ async function udpListener(): Promise<Listener> {
   return {
     port: socket.address().port,
     lines,
+    sockets: new Set(),
     counters: () => countersOf(lines),
     close: () => new Promise((resolve) => socket.close(() => resolve())),
   };
@@ -175,6 +182,51 @@ describe('statsd', () => {
       });
       expect(answer.overall_code).toBe('OK');
       await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  });
+});
+
+describe('statsd over tcp, when the server restarts', () => {
+  it('sends again within 5 s of its return, and counts the flushes lost meanwhile', async () => {
+    const first = await tcpListener();
+    const port = first.port;
+    tollgate = await startTollgate({
+      rules: RULES,
+      env: {
+        USE_STATSD: 'true',
+        STATSD_HOST: '127.0.0.1',
+        STATSD_PORT: String(port),
+        STATS_FLUSH_INTERVAL: '100ms',
+      },
+    });
+    const running = tollgate;
+    let stop = false;
+    const traffic = (async () => {
+      for (let i = 0; !stop; i++) {
+        await running.check({ domain: 'web', descriptors: [d('user', `u${i % 50}`)] });
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    })();
+    const dropped = async () => {
+      const text = await (await fetch(`${running.httpUrl}/metrics`)).text();
+      return Number(/^tollgate_statsd_dropped_flushes_total (\d+)/m.exec(text)?.[1] ?? NaN);
+    };
+    try {
+      await eventually(async () => first.lines.length > 0);
+      const closed = first.close(); // no new connections, and the one open is cut
+      for (const socket of first.sockets) socket.destroy();
+      await closed;
+      await eventually(async () => (await dropped()) > 0);
+      // A new server on the same port, 1 s later.
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      listener = await tcpListener(port);
+      const back = Date.now();
+      const l = listener;
+      await eventually(async () => l.lines.length > 0, 5_000);
+      expect(Date.now() - back).toBeLessThan(5_000);
+    } finally {
+      stop = true;
+      await traffic;
     }
   });
 });
