@@ -47,6 +47,7 @@
  *   store call.
  * - `tollgate_bounds_reached_total{bound}`: what the server's bounds refused or ended, by bound:
  *   grpc_connections, grpc_calls, grpc_receiving_bytes, grpc_call_timeout, grpc_connection_age,
+ *   grpc_connection_idle,
  *   http_connections.
  * - `tollgate_statsd_dropped_flushes_total`: statsd flushes that lost stats (USE_STATSD).
  * - `tollgate_workers`: service processes serving: 1 in each, so the cluster's sum counts them.
@@ -80,6 +81,7 @@ const BOUNDS = [
   'grpc_receiving_bytes',
   'grpc_call_timeout',
   'grpc_connection_age',
+  'grpc_connection_idle',
   'http_connections',
 ] as const;
 export type Bound = (typeof BOUNDS)[number];

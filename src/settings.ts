@@ -79,6 +79,8 @@ export interface Settings {
 export interface GrpcServerSettings {
   maxConnectionAgeMs: number;
   maxConnectionAgeGraceMs: number;
+  /** GRPC_MAX_CONNECTION_IDLE: a connection with no call open this long is closed (GOAWAY). */
+  maxConnectionIdleMs: number;
   /** Calls at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); 0: no limit. */
   maxConcurrentStreams: number;
   /** Connections at once, per listening address. */
@@ -374,6 +376,7 @@ function readGrpcServer(env: Env, redisTimeoutMs: number): GrpcServerSettings {
   return {
     maxConnectionAgeMs: duration(env, 'GRPC_MAX_CONNECTION_AGE', '24h'),
     maxConnectionAgeGraceMs: duration(env, 'GRPC_MAX_CONNECTION_AGE_GRACE', '1h'),
+    maxConnectionIdleMs: duration(env, 'GRPC_MAX_CONNECTION_IDLE', '5m'),
     maxConcurrentStreams: integer(env, 'GRPC_MAX_CONCURRENT_STREAMS', 100, 0, 2 ** 31 - 1),
     maxConnections: integer(env, 'GRPC_MAX_CONNECTIONS', 10_000, 1, 1_000_000),
     maxCalls: integer(env, 'GRPC_MAX_CALLS', 5_000, 1, 1_000_000),

@@ -10,9 +10,9 @@
  * to both): the content-type check, `grpc-timeout` read as grpc-js reads it, identity, gzip and
  * deflate messages and the same errors for the others, the receive limit, one message per call,
  * Trailers-Only errors, and the same status codes and messages. GRPC_CLIENT_TLS_SAN is checked
- * here as grpc-js's interceptor checks it, and the guard's bounds count these calls with
- * grpc-js's. grpc-js's idle-connection timer (`grpc.max_connection_idle_ms`, which tollgate does
- * not set) does not see these calls.
+ * here as grpc-js's interceptor checks it, and the guard's bounds (the idle-connection one
+ * included) count these calls with grpc-js's. grpc-js's own idle-connection timer
+ * (`grpc.max_connection_idle_ms`) would not see them, so tollgate does not set it.
  */
 import http2 from 'node:http2';
 import { TLSSocket } from 'node:tls';

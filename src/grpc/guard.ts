@@ -14,6 +14,11 @@
  * and a call open past its time is reset (RST_STREAM CANCEL). The path serving it then sees the
  * call cancelled.
  *
+ * The maximum idle time: a connection that has had no call open for that long is sent GOAWAY and
+ * closed, as grpc-go's MaxConnectionIdle does. It counts the calls of both paths, which grpc-js's
+ * own idle timer (`grpc.max_connection_idle_ms`) cannot: that one sees only grpc-js's calls, and
+ * would close connections that carry only fast-path calls.
+ *
  * The maximum connection age: grpc-js arms one timer per connection with a random length, and
  * Node keeps an unreferenced timer's list until its time comes, even once the connection closed
  * and the timer was cleared: at the default of 24 hours, every closed connection would leave one
@@ -36,6 +41,8 @@ export interface GuardOptions {
   maxConnectionAgeMs: number;
   /** ...and closed this long after its GOAWAY, calls in flight or not. */
   maxConnectionAgeGraceMs: number;
+  /** A connection with no call open for this long is sent GOAWAY and closed; Infinity: never. */
+  maxConnectionIdleMs: number;
   /** Told each time a bound refuses or ends something, by the bound's name. */
   onBound?(bound: GuardBound): void;
   /** The guard's clock, in ms; monotonic by default. */
@@ -43,7 +50,12 @@ export interface GuardOptions {
 }
 
 export type GuardBound =
-  'connections' | 'calls' | 'receiving_bytes' | 'call_timeout' | 'connection_age';
+  | 'connections'
+  | 'calls'
+  | 'receiving_bytes'
+  | 'call_timeout'
+  | 'connection_age'
+  | 'connection_idle';
 
 export interface Guard {
   /** Applies the connection bounds to one of grpc-js's HTTP/2 servers, as it is created. */
@@ -70,6 +82,8 @@ export interface GuardedCall {
   openedAt: number;
   /** Bytes of its request received so far; 0 once the request has fully arrived. */
   receiving: number;
+  /** The connection it counts in as open; undefined once it no longer does. */
+  connection: Connection | undefined;
 }
 
 interface Connection {
@@ -77,6 +91,10 @@ interface Connection {
   ageDeadline: number;
   /** When it is closed regardless, once it was sent GOAWAY. */
   closeDeadline: number;
+  /** Calls open on it now, on either path. */
+  openCalls: number;
+  /** When its last call ended, or when it connected. */
+  idleSince: number;
 }
 
 export type Http2Server = http2.Http2Server | http2.Http2SecureServer;
@@ -86,7 +104,7 @@ export function createGuard(options: GuardOptions): Guard {
   const bound = (name: GuardBound) => options.onBound?.(name);
   // Insertion-ordered, so the oldest call is first: the sweep stops at the first one in time.
   const calls = new Map<http2.ServerHttp2Stream, GuardedCall>();
-  const connections = new Map<http2.ServerHttp2Session, Connection>();
+  const connections = new Map<http2.Http2Session, Connection>();
   let receivingBytes = 0;
 
   const reset = (stream: http2.ServerHttp2Stream, code: number) => {
@@ -99,9 +117,19 @@ export function createGuard(options: GuardOptions): Guard {
       reset(stream, http2.constants.NGHTTP2_REFUSED_STREAM);
       return undefined;
     }
-    const call: GuardedCall = { openedAt: now(), receiving: 0 };
+    const connection = stream.session ? connections.get(stream.session) : undefined;
+    if (connection !== undefined) connection.openCalls += 1;
+    const call: GuardedCall = { openedAt: now(), receiving: 0, connection };
     calls.set(stream, call);
     return call;
+  };
+  /** The call no longer counts as open on its connection: it closed, or timed out. */
+  const leave = (call: GuardedCall) => {
+    const { connection } = call;
+    if (connection === undefined) return;
+    call.connection = undefined;
+    connection.openCalls -= 1;
+    if (connection.openCalls === 0) connection.idleSince = now();
   };
   const arrived = (call: GuardedCall) => {
     receivingBytes -= call.receiving;
@@ -118,6 +146,7 @@ export function createGuard(options: GuardOptions): Guard {
   };
   const release = (stream: http2.ServerHttp2Stream, call: GuardedCall) => {
     arrived(call);
+    leave(call);
     calls.delete(stream);
   };
 
@@ -138,8 +167,9 @@ export function createGuard(options: GuardOptions): Guard {
 
   const onSession = (session: http2.ServerHttp2Session) => {
     const jitter = 1 + (Math.random() * 0.2 - 0.1);
-    const ageDeadline = now() + options.maxConnectionAgeMs * jitter;
-    connections.set(session, { ageDeadline, closeDeadline: Infinity });
+    const at = now();
+    const ageDeadline = at + options.maxConnectionAgeMs * jitter;
+    connections.set(session, { ageDeadline, closeDeadline: Infinity, openCalls: 0, idleSince: at });
     session.once('close', () => connections.delete(session));
   };
 
@@ -157,24 +187,40 @@ export function createGuard(options: GuardOptions): Guard {
       if (at - call.openedAt < options.callTimeoutMs) break;
       bound('call_timeout');
       calls.delete(stream);
+      leave(call);
       reset(stream, http2.constants.NGHTTP2_CANCEL);
     }
-    if (options.maxConnectionAgeMs === Infinity) return;
+    if (options.maxConnectionAgeMs === Infinity && options.maxConnectionIdleMs === Infinity) return;
     for (const [session, connection] of connections) {
       if (at >= connection.closeDeadline) {
         connections.delete(session);
         session.destroy();
-      } else if (at >= connection.ageDeadline && connection.closeDeadline === Infinity) {
+      } else if (connection.closeDeadline !== Infinity) {
+        continue; // sent GOAWAY already
+      } else if (at >= connection.ageDeadline) {
         bound('connection_age');
         connection.closeDeadline = at + options.maxConnectionAgeGraceMs;
-        goAway(session);
+        goAway(session, 'max_age');
+      } else if (
+        connection.openCalls === 0 &&
+        at - connection.idleSince >= options.maxConnectionIdleMs
+      ) {
+        bound('connection_idle');
+        // No call is open: the close is at once, unless one raced the GOAWAY in.
+        connection.closeDeadline = at + options.maxConnectionAgeGraceMs;
+        goAway(session, 'max_idle');
       }
     }
   };
   // Every second, or finer for short bounds (tests): a bound is kept within a quarter of itself.
   const interval = Math.max(
     10,
-    Math.min(1_000, options.callTimeoutMs / 4, options.maxConnectionAgeMs / 4),
+    Math.min(
+      1_000,
+      options.callTimeoutMs / 4,
+      options.maxConnectionAgeMs / 4,
+      options.maxConnectionIdleMs / 4,
+    ),
   );
   const timer = setInterval(sweep, interval);
   timer.unref();
@@ -186,9 +232,9 @@ export function createGuard(options: GuardOptions): Guard {
  * As gRPC servers end an old connection: a GOAWAY that lets the client finish its calls and open
  * no more, then the session closes once they are done.
  */
-function goAway(session: http2.ServerHttp2Session): void {
+function goAway(session: http2.Http2Session, reason: string): void {
   try {
-    session.goaway(http2.constants.NGHTTP2_NO_ERROR, 2 ** 31 - 1, Buffer.from('max_age'));
+    session.goaway(http2.constants.NGHTTP2_NO_ERROR, 2 ** 31 - 1, Buffer.from(reason));
     session.close();
   } catch {
     session.destroy();

@@ -26,6 +26,7 @@ export function guardOptions(settings: GrpcServerSettings): GuardOptions {
     maxHeaderListBytes: MAX_HEADER_LIST_BYTES,
     maxConnectionAgeMs: settings.maxConnectionAgeMs,
     maxConnectionAgeGraceMs: settings.maxConnectionAgeGraceMs,
+    maxConnectionIdleMs: settings.maxConnectionIdleMs,
   };
 }
 

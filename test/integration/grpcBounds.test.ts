@@ -185,6 +185,66 @@ describe('connections', () => {
     });
   });
 
+  it('with no call open for GRPC_MAX_CONNECTION_IDLE are sent GOAWAY and closed, whichever path served them', async () => {
+    const tollgate = await spawn({ GRPC_MAX_CONNECTION_IDLE: '1s', GRPC_CALL_TIMEOUT: '6s' });
+    const goneAt = (session: http2.ClientHttp2Session) =>
+      new Promise<number>((resolve) => {
+        if (session.closed || session.destroyed) return resolve(performance.now());
+        session.once('close', () => resolve(performance.now()));
+      });
+    const started = performance.now();
+    // 300 connections that send the preface and SETTINGS, then nothing.
+    const idle = await Promise.all(Array.from({ length: 300 }, () => open(tollgate.address)));
+    const idleGone = Promise.all(idle.map(goneAt));
+    // One that makes a fast-path call every 200 ms, one a grpc-js call (health), and one that
+    // holds a call open without sending anything more: none of them is idle.
+    const [busyFast, busyHealth, holding] = await Promise.all(
+      [0, 1, 2].map(() => open(tollgate.address)),
+    );
+    const held = halfOpen(holding!);
+    const unary = (session: http2.ClientHttp2Session, path: string, body: Buffer) =>
+      new Promise<void>((resolve) => {
+        const stream = session.request(
+          { ':method': 'POST', ':path': path, 'content-type': 'application/grpc', te: 'trailers' },
+          { endStream: false },
+        );
+        stream.on('error', () => undefined);
+        stream.resume();
+        stream.once('close', () => resolve());
+        stream.end(body);
+      });
+    // A check of an empty request (INVALID_ARGUMENT: a call all the same), and HealthCheckRequest{}.
+    const emptyFrame = Buffer.from([0, 0, 0, 0, 0]);
+    let busy = true;
+    const traffic = (async () => {
+      while (busy) {
+        await Promise.all([
+          unary(busyFast!, PATH, emptyFrame),
+          unary(busyHealth!, '/grpc.health.v1.Health/Check', emptyFrame),
+        ]);
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+    })();
+
+    const closedAt = await idleGone;
+    for (const at of closedAt) {
+      expect(at - started).toBeGreaterThanOrEqual(900);
+      expect(at - started).toBeLessThan(5_000);
+    }
+    expect((await bounds(tollgate)).grpc_connection_idle).toBeGreaterThanOrEqual(300);
+    expect([busyFast, busyHealth, holding].map((s) => s!.closed || s!.destroyed)).toEqual([
+      false,
+      false,
+      false,
+    ]);
+    busy = false;
+    await traffic;
+    // Once their calls are over, they go too: the held call at GRPC_CALL_TIMEOUT (6 s).
+    const rest = await Promise.all([busyFast, busyHealth, holding].map((s) => goneAt(s!)));
+    expect((await held).code).toBe(http2.constants.NGHTTP2_CANCEL);
+    expect(rest.every((at) => at - started < 12_000)).toBe(true);
+  });
+
   it('leave nothing behind once closed: 10,000 of them grow the heap by less than 80 bytes each', async () => {
     v8.setFlagsFromString('--expose-gc');
     const gc = vm.runInNewContext('gc') as () => void;
