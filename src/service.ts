@@ -367,6 +367,16 @@ export function createService(options: ServiceOptions): Service {
         onApplied: (next, version) => {
           const first = rules === undefined;
           const shown = shortVersion(version);
+          const dropped =
+            rules === undefined
+              ? []
+              : [...rules.domains.keys()].filter((d) => !next.domains.has(d));
+          if (next.domains.size === 0) {
+            logger.warn(
+              { version: shown, droppedDomains: dropped.length, dropped: dropped.slice(0, 20) },
+              'xds update has no rules: every domain is unlimited until the next one',
+            );
+          }
           rules = next;
           metrics.configLoad(true);
           metrics.rulesVersion('xds', shown);

@@ -355,10 +355,11 @@ function readXds(env: Env): XdsSettings | undefined {
       randomFactor: ratio(env, 'XDS_CLIENT_BACKOFF_RANDOM_FACTOR', 0.5),
       jitter: boolean(env, 'XDS_CLIENT_BACKOFF_JITTER', true),
     },
+    // 0, as unset, is gRPC's default (4 MiB), as the reference reads it.
     maxMessageBytes:
       maxMessageBytes === undefined
         ? undefined
-        : integer(env, 'XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES', 0, 1, 2 ** 31 - 1),
+        : integer(env, 'XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES', 0, 0, 2 ** 31 - 1) || undefined,
     forceStart,
     healthyWithConfigOnly: boolean(env, 'HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED', false),
   };

@@ -33,6 +33,8 @@ const INVALID_ARGUMENT = 3;
  * so that the two do not spin.
  */
 const REPEAT_NACK_DELAY_MS = 1_000;
+/** Refused contents remembered, so that none of them is loaded again while it is. */
+const REFUSED_REMEMBERED = 16;
 /** A NACK's reason is cut to this many characters: the server's messages are bounded too. */
 const MAX_NACK_MESSAGE = 4_096;
 
@@ -133,8 +135,11 @@ export function startXdsClient(options: XdsClientOptions): XdsClient {
   /** The response waiting to load, and whether one is loading. */
   let pending: { stream: AdsStream; response: DiscoveryResponse } | undefined;
   let loading = false;
-  /** The last update refused, and why: the same content again is refused without loading. */
-  let refusedLast: { fingerprint: string; error: Error } | undefined;
+  /**
+   * The last REFUSED_REMEMBERED contents refused, oldest first, and why: any of them again is
+   * refused without loading, even when a server alternates between several.
+   */
+  const refused = new Map<string, Error>();
   let repeatTimer: NodeJS.Timeout | undefined;
 
   const answer = (on: AdsStream, response: DiscoveryResponse, error?: Error) => {
@@ -164,8 +169,9 @@ export function startXdsClient(options: XdsClientOptions): XdsClient {
       const version = response.version_info ?? '';
       const print = fingerprint(response);
       clearTimeout(repeatTimer);
-      if (refusedLast?.fingerprint === print) {
-        const { error } = refusedLast;
+      const refusal = refused.get(print);
+      if (refusal !== undefined) {
+        const error = refusal;
         repeatTimer = setTimeout(() => answer(from, response, error), REPEAT_NACK_DELAY_MS);
         repeatTimer.unref();
         continue;
@@ -183,15 +189,16 @@ export function startXdsClient(options: XdsClientOptions): XdsClient {
         });
         if (closed) break;
         applied = version;
-        refusedLast = undefined;
         options.onApplied(rules, version);
         answer(from, response);
       } catch (error) {
         if (closed) break;
-        const refused = error instanceof Error ? error : new Error(String(error));
-        refusedLast = { fingerprint: print, error: refused };
-        options.onRejected(refused, version);
-        answer(from, response, refused);
+        const reason = error instanceof Error ? error : new Error(String(error));
+        refused.set(print, reason);
+        if (refused.size > REFUSED_REMEMBERED)
+          refused.delete(refused.keys().next().value as string);
+        options.onRejected(reason, version);
+        answer(from, response, reason);
       }
     }
     loading = false;

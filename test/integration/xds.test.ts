@@ -1,5 +1,6 @@
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { makeCerts } from '../support/certs.js';
+import { counterByLabel } from '../support/metrics.js';
 import { freePort } from '../support/ports.js';
 import {
   eventually,
@@ -163,6 +164,31 @@ describe('rules over xDS, from a go-control-plane management server', () => {
     expect(
       (await service.check(request('acme'))).statuses?.[0]?.current_limit?.requests_per_unit,
     ).toBe(7);
+  }, 60_000);
+
+  it('loads each refused content once, even when the server alternates between several', async () => {
+    const server = await serve();
+    await server.set(NODE, 'v1', [config(2)]);
+    const service = await tollgate(xdsEnv(server));
+    await server.waitFor(acked('v1'));
+    // No unit: refused. Two contents, by their limits.
+    const broken = (limit: number) => [
+      {
+        name: 'api',
+        domain: 'api',
+        descriptors: [{ key: 'tenant', rate_limit: { requests_per_unit: limit } }],
+      },
+    ];
+    const nacks = () => server.events.filter((e) => isRequest(e) && e.kind === 'nack').length;
+    // Two refused contents, alternated: A, B, A, B, A, B.
+    for (let i = 0; i < 6; i++) {
+      const before = nacks();
+      await server.set(NODE, `bad-${i}`, broken(i % 2 === 0 ? 5 : 6));
+      await eventually(async () => nacks() > before);
+    }
+    const errors = await counterByLabel(service.httpUrl, 'tollgate_config_loads_total', 'result');
+    expect(errors.error).toBe(2); // loaded once each; the repeats were refused from memory
+    expect(await rlconfig(service)).toContain("version 'v1'");
   }, 60_000);
 
   it('speaks TLS to a server that requires a client certificate', async () => {

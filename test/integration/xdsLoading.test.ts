@@ -3,7 +3,7 @@ import { counterByLabel } from '../support/metrics.js';
 import { probeCalls } from '../support/probeCalls.js';
 import { startRedis } from '../support/redis.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
-import { callCheck, d } from '../support/tollgate.js';
+import { callCheck, d, eventually } from '../support/tollgate.js';
 import {
   acked,
   buildXdsServer,
@@ -74,6 +74,31 @@ describe('large updates over xDS, to the built service', () => {
     const loads = await counterByLabel(tollgate.httpUrl, 'tollgate_config_loads_total', 'result');
     expect(loads.success).toBe(2);
   }, 120_000);
+
+  it('applies an update with no rules, and warns, naming the version and the domains dropped', async () => {
+    const server = await startXdsServer();
+    cleanup.push(() => server.stop());
+    await server.set(NODE, 'v1', [config(100)]);
+    const tollgate = await spawnTollgate('unused: true', xdsEnv(server, NODE), {
+      captureStdout: true,
+    });
+    cleanup.push(() => tollgate.stop());
+    await server.waitFor(acked('v1'));
+    await server.set(NODE, 'empty-2', []);
+    await server.waitFor(acked('empty-2'));
+    await eventually(async () => tollgate.stdout().includes('xds update has no rules'));
+    const line = tollgate
+      .stdout()
+      .split('\n')
+      .find((l) => l.includes('xds update has no rules'));
+    expect(JSON.parse(line!)).toMatchObject({
+      level: 40,
+      version: 'empty-2',
+      droppedDomains: 1,
+      dropped: ['api'],
+    });
+    expect(await limitNow(tollgate)).toBeUndefined();
+  });
 
   it('never takes an update over XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES, and keeps its rules', async () => {
     const [server, tollgate] = await setup({ XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: '65536' });

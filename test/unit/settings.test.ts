@@ -130,6 +130,18 @@ describe('readSettings defaults', () => {
     });
   });
 
+  it("reads XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES=0 as the reference does: gRPC's default", () => {
+    const xds = (value?: string) =>
+      readSettings({
+        CONFIG_TYPE: 'GRPC_XDS_SOTW',
+        ...(value === undefined ? {} : { XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: value }),
+      }).xds?.maxMessageBytes;
+    expect(xds()).toBeUndefined();
+    expect(xds('0')).toBeUndefined();
+    expect(xds('1048576')).toBe(1048576);
+    expect(() => xds('-1')).toThrow(/XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES/);
+  });
+
   it('reads empty values as unset', () => {
     expect(readSettings({ GRPC_PORT: '', FAILURE_MODE: '', SHADOW_MODE: '' })).toMatchObject({
       grpcPort: 8081,
