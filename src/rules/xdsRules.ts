@@ -10,6 +10,7 @@ import { RulesError } from '../errors.js';
 import { protoDir } from '../grpc/protos.js';
 import { combineDomains, type LoadRulesOptions } from './loadRules.js';
 import { parseRules } from './parseRules.js';
+import { countXdsResource, xdsBudget, type XdsBudget } from './xdsBounds.js';
 import type { DomainRules, RuleSet } from './types.js';
 
 export const RATE_LIMIT_CONFIG_TYPE =
@@ -27,13 +28,6 @@ export interface XdsResource {
  * and what they expand to by the reader's node limit, as for files.
  */
 export const MAX_XDS_RESOURCES = 10_000;
-
-/**
- * Descriptors per update, at every depth. The largest rules file allowed holds about 54,000
- * rules; an update may hold a few times that, and the reader's own bound on the nodes it reads
- * would stop it a little later, but counting first refuses it before a document is built.
- */
-export const MAX_XDS_DESCRIPTORS = 200_000;
 
 let configType: protobuf.Type | undefined;
 function rateLimitConfigType(): protobuf.Type {
@@ -124,22 +118,12 @@ function descriptorNode(d: DescriptorMessage): Record<string, unknown> {
   return node;
 }
 
-function countDescriptors(descriptors: DescriptorMessage[] | undefined): number {
-  let count = 0;
-  const stack = [descriptors ?? []];
-  for (let level = stack.pop(); level !== undefined; level = stack.pop()) {
-    count += level.length;
-    for (const d of level) if (d.descriptors?.length) stack.push(d.descriptors);
-  }
-  return count;
-}
-
-/** One resource's rules; its name labels every error. `budget` counts descriptors down. */
+/** One resource's rules; its name labels every error. `budget` counts what it holds down. */
 function parseXdsResource(
   resource: XdsResource,
   index: number,
   options: LoadRulesOptions,
-  budget: { descriptors: number },
+  budget: XdsBudget,
 ): DomainRules {
   const where = `resources[${index}]`;
   if (resource.type_url !== RATE_LIMIT_CONFIG_TYPE) {
@@ -147,6 +131,8 @@ function parseXdsResource(
       `${where}: type '${resource.type_url ?? ''}' is not ${RATE_LIMIT_CONFIG_TYPE}`,
     );
   }
+  // Counted before it is decoded: what it holds, not what it weighs, is what costs.
+  countXdsResource(resource.value ?? new Uint8Array(), where, budget);
   let message: { name?: string; domain?: string; descriptors?: DescriptorMessage[] };
   try {
     const type = rateLimitConfigType();
@@ -159,12 +145,6 @@ function parseXdsResource(
     throw new RulesError(`${where}: not a RateLimitConfig: ${(error as Error).message}`);
   }
   const label = `RateLimitConfig '${message.name ?? ''}'`;
-  budget.descriptors -= countDescriptors(message.descriptors);
-  if (budget.descriptors < 0) {
-    throw new RulesError(
-      `${label}: the update holds more than ${MAX_XDS_DESCRIPTORS} descriptors, counting every level`,
-    );
-  }
   const doc = new Document({
     domain: message.domain ?? '',
     descriptors: (message.descriptors ?? []).map(descriptorNode),
@@ -189,7 +169,7 @@ export function loadXdsRules(
       `the update has ${resources.length} resources, over the limit of ${MAX_XDS_RESOURCES}`,
     );
   }
-  const budget = { descriptors: MAX_XDS_DESCRIPTORS };
+  const budget = xdsBudget();
   return combineDomains(
     resources.map((resource, i) => parseXdsResource(resource, i, options, budget)),
     options,

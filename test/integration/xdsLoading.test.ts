@@ -2,13 +2,15 @@ import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { counterByLabel } from '../support/metrics.js';
 import { probeCalls } from '../support/probeCalls.js';
 import { startRedis } from '../support/redis.js';
-import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
+import { rssMb, spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { callCheck, d, eventually } from '../support/tollgate.js';
 import {
   acked,
   buildXdsServer,
+  isRequest,
   startXdsServer,
   xdsEnv,
+  type XdsRequestEvent,
   type XdsServer,
 } from '../support/xdsServer.js';
 
@@ -73,6 +75,49 @@ describe('large updates over xDS, to the built service', () => {
     expect(await limitNow(tollgate)).toBe(50);
     const loads = await counterByLabel(tollgate.httpUrl, 'tollgate_config_loads_total', 'result');
     expect(loads.success).toBe(2);
+  }, 120_000);
+
+  it('refuses a 4 MB update of nested metadata before expanding it, naming the bound', async () => {
+    const [server, tollgate] = await setup();
+    const pid = tollgate.child.pid!;
+    const rssBefore = rssMb(pid);
+    let rssPeak = rssBefore;
+    const sampler = setInterval(() => (rssPeak = Math.max(rssPeak, rssMb(pid))), 20);
+    const probe = probeCalls(tollgate);
+    const bomb = {
+      name: 'bomb',
+      domain: 'api',
+      descriptors: [
+        {
+          key: 'tenant',
+          rate_limit: { unit: 'MINUTE', requests_per_unit: 5 },
+          metadata: { lists: Array.from({ length: 1_000_000 }, () => []) },
+        },
+      ],
+    };
+    const pushed = performance.now();
+    await server.set(NODE, 'v2', [bomb]);
+    const nack = (await server.waitFor(
+      (e) => isRequest(e) && e.kind === 'nack',
+      60_000,
+    )) as XdsRequestEvent;
+    const refusedMs = performance.now() - pushed;
+    const { slowestMs, calls, failed } = await probe.stop();
+    clearInterval(sampler);
+    console.log(
+      `[xds] a 4 MB metadata update refused ${Math.round(refusedMs)} ms after it was set; ` +
+        `RSS ${Math.round(rssBefore)} → peak ${Math.round(rssPeak)} MB; ` +
+        `slowest of ${calls} calls meanwhile ${Math.round(slowestMs)} ms, ${failed} failed`,
+    );
+    expect(nack.errorDetail?.message).toMatch(
+      /^RateLimitConfig 'bomb': the update's descriptor metadata holds more than 100000 values/,
+    );
+    expect(failed).toBe(0);
+    expect(slowestMs).toBeLessThan(500);
+    expect(rssPeak - rssBefore).toBeLessThan(150);
+    expect(await limitNow(tollgate)).toBe(100);
+    const loads = await counterByLabel(tollgate.httpUrl, 'tollgate_config_loads_total', 'result');
+    expect(loads.error).toBe(1);
   }, 120_000);
 
   it('applies an update with no rules, and warns, naming the version and the domains dropped', async () => {

@@ -148,4 +148,68 @@ describe('rules over xDS', () => {
     ).toThrow(/^RateLimitConfig 'huge': the update holds more than 200000 descriptors/);
     expect(performance.now() - started).toBeLessThan(5_000);
   });
+
+  it('refuses metadata that expands past its bound from the wire bytes, before decoding them', () => {
+    // A descriptor whose metadata is a list of 1,000,000 empty lists: 4 MB on the wire.
+    const item = Buffer.from([0x0a, 0x02, 0x32, 0x00]); // ListValue.values: Value{list_value: {}}
+    const lists = Buffer.alloc(item.length * 1_000_000);
+    for (let at = 0; at < lists.length; at += item.length) item.copy(lists, at);
+    const field = (tag: number, bytes: Uint8Array) =>
+      protobuf.Writer.create()
+        .uint32((tag << 3) | 2)
+        .bytes(bytes)
+        .finish();
+    const value = field(6, lists); // Value.list_value
+    const entry = Buffer.concat([field(1, Buffer.from('bomb')), field(2, value)]);
+    const struct = field(1, entry); // Struct.fields
+    const descriptor = Buffer.concat([field(1, Buffer.from('k')), field(8, struct)]);
+    const config = Buffer.concat([
+      field(1, Buffer.from('bomb')),
+      field(2, Buffer.from('api')),
+      field(3, descriptor),
+    ]);
+    expect(config.length).toBeGreaterThan(4_000_000);
+    const before = process.memoryUsage().heapUsed;
+    const started = performance.now();
+    expect(() =>
+      loadXdsRules([{ type_url: RATE_LIMIT_CONFIG_TYPE, value: config }], options),
+    ).toThrow(
+      /^RateLimitConfig 'bomb': the update's descriptor metadata holds more than 100000 values/,
+    );
+    expect(performance.now() - started).toBeLessThan(2_000);
+    expect(process.memoryUsage().heapUsed - before).toBeLessThan(64 * 1024 * 1024);
+  });
+
+  it('refuses descriptors nested past 128 levels, and reads metadata within the bounds', () => {
+    const field = (tag: number, bytes: Uint8Array) =>
+      protobuf.Writer.create()
+        .uint32((tag << 3) | 2)
+        .bytes(bytes)
+        .finish();
+    let deep: Uint8Array = field(1, Buffer.from('leaf'));
+    for (let i = 0; i < 200; i++)
+      deep = Buffer.concat([field(1, Buffer.from(`k${i}`)), field(4, deep)]);
+    const config = Buffer.concat([field(1, Buffer.from('deep')), field(3, deep)]);
+    expect(() =>
+      loadXdsRules([{ type_url: RATE_LIMIT_CONFIG_TYPE, value: config }], options),
+    ).toThrow(/^RateLimitConfig 'deep': nests deeper than 128 messages/);
+    const values = Array.from({ length: 1_000 }, (_, i) => ({ stringValue: `v${i}` }));
+    const rules = loadXdsRules(
+      [
+        resource({
+          name: 'api',
+          domain: 'api',
+          descriptors: [
+            {
+              key: 'k',
+              rate_limit: { unit: 'MINUTE', requests_per_unit: 5 },
+              metadata: { fields: { list: { listValue: { values } } } },
+            },
+          ],
+        }),
+      ],
+      options,
+    );
+    expect(rules.domains.has('api')).toBe(true);
+  });
 });
