@@ -9,7 +9,7 @@ import { createLimiter } from './limiter.js';
 import { createLogger, type Logger } from './logger.js';
 import { createMetrics, type Metrics, type RpcOutcome } from './metrics.js';
 import { dumpRules } from './rules/dumpRules.js';
-import { loadRulesOffThread } from './rules/loadOffThread.js';
+import { createRulesLoader } from './rules/loadOffThread.js';
 import { loadRules } from './rules/loadRules.js';
 import type { RuleSet } from './rules/types.js';
 import { watchRules, type RulesWatcher } from './rules/watchRules.js';
@@ -333,12 +333,12 @@ export function createService(options: ServiceOptions): Service {
 
   // Last, so that nothing above can fail and leave a watcher running. Reloads load off this
   // thread: parsing a large file takes seconds, which calls must not wait for.
+  const loader = createRulesLoader();
   const watcher: RulesWatcher | undefined = xds
     ? undefined
     : watchRules({
         path: settings.configPath,
-        load: () =>
-          loadRulesOffThread({ kind: 'files', configPath: settings.configPath }, loadOptions),
+        load: () => loader.load({ kind: 'files', configPath: settings.configPath }, loadOptions),
         pollIntervalMs: settings.configPollIntervalMs,
         settleMs: settings.configSettleMs,
         onReload: (next) => {
@@ -363,7 +363,7 @@ export function createService(options: ServiceOptions): Service {
       xdsClient = startXdsClient({
         settings: settingsXds,
         version: PACKAGE_VERSION,
-        load: (source) => loadRulesOffThread(source, loadOptions),
+        load: (source) => loader.load(source, loadOptions),
         onApplied: (next, version) => {
           const first = rules === undefined;
           const shown = shortVersion(version);
@@ -482,6 +482,7 @@ export function createService(options: ServiceOptions): Service {
       clearInterval(probeTimer);
       watcher?.close();
       xdsClient?.close();
+      void loader.close();
       await Promise.all([grpcServer.shutdown(graceMs), httpServer.close(graceMs)]);
       await tracing.shutdown();
       await statsd?.close();

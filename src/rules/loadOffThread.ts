@@ -2,8 +2,13 @@
  * Loads the rules on a worker thread, so that a reload never holds the serving thread: parsing a
  * 4 MiB file takes seconds. The rules come back in batches of records (ruleRecords.ts), the next
  * asked for only once the last is rebuilt and the event loop has run, so no call waits behind
- * more than one batch. The worker has its own heap limit and a time limit: a file that exhausts
- * either fails the reload, and the process and the rules in force are untouched.
+ * more than one batch. The worker has its own heap limit and a time limit: a load that exhausts
+ * either fails, the worker is replaced at the next load, and the process and the rules in force
+ * are untouched.
+ *
+ * One worker serves every load, one load at a time: starting a worker (a V8 isolate, then the
+ * reader's modules) costs tens of milliseconds of CPU, which a management server sending update
+ * after update would otherwise make the process pay each time.
  *
  * From the TypeScript sources (the tests that run the service in their own process) there is no
  * compiled worker to start: the rules then load on this thread, as at start-up.
@@ -13,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { RulesError } from '../errors.js';
 import type { LoadRulesOptions } from './loadRules.js';
-import type { LoadWorkerData, LoadWorkerMessage } from './loadWorker.js';
+import type { LoadRequest, LoadWorkerMessage } from './loadWorker.js';
 import { createRuleAssembler } from './ruleRecords.js';
 import { loadSource, sourceName, type RulesSource } from './rulesSource.js';
 import type { RuleSet } from './types.js';
@@ -27,35 +32,99 @@ const BATCH_SIZE = 1_000;
 
 const workerFile = fileURLToPath(new URL('./loadWorker.js', import.meta.url));
 
-export function loadRulesOffThread(
+export interface RulesLoader {
+  /** Loads one source's rules; loads run one after another, in the order asked. */
+  load(source: RulesSource, options: LoadRulesOptions): Promise<RuleSet>;
+  /** Ends the worker; a load under way fails. */
+  close(): Promise<void>;
+}
+
+export function createRulesLoader(): RulesLoader {
+  const state: LoaderState = {
+    worker: undefined,
+    queue: Promise.resolve(),
+    nextId: 1,
+    closed: false,
+  };
+  return {
+    load(source, options) {
+      const loaded = state.queue.then(() => loadOne(state, source, options));
+      state.queue = loaded.then(
+        () => undefined,
+        () => undefined,
+      );
+      return loaded;
+    },
+    async close() {
+      state.closed = true;
+      const { worker } = state;
+      state.worker = undefined;
+      await worker?.terminate();
+    },
+  };
+}
+
+interface LoaderState {
+  worker: Worker | undefined;
+  /** The loads asked for so far: the next starts when the last has settled. */
+  queue: Promise<void>;
+  nextId: number;
+  closed: boolean;
+}
+
+function workerOf(state: LoaderState): Worker {
+  if (state.worker !== undefined) return state.worker;
+  const worker = new Worker(workerFile, {
+    resourceLimits: { maxOldGenerationSizeMb: LOAD_HEAP_MB },
+  });
+  // An idle loader must not keep the process alive.
+  worker.unref();
+  const forget = () => {
+    if (state.worker === worker) state.worker = undefined;
+  };
+  worker.once('exit', forget);
+  worker.once('error', forget);
+  state.worker = worker;
+  return worker;
+}
+
+function loadOne(
+  state: LoaderState,
   source: RulesSource,
   options: LoadRulesOptions,
 ): Promise<RuleSet> {
   if (!existsSync(workerFile)) return Promise.resolve().then(() => loadSource(source, options));
+  if (state.closed) return Promise.reject(new RulesError('the rules loader is closed'));
   const name = sourceName(source);
+  const worker = workerOf(state);
+  const id = state.nextId++;
   return new Promise<RuleSet>((resolve, reject) => {
-    const data: LoadWorkerData = { source, options, batchSize: BATCH_SIZE };
-    const worker = new Worker(workerFile, {
-      workerData: data,
-      resourceLimits: { maxOldGenerationSizeMb: LOAD_HEAP_MB },
-    });
     const assembler = createRuleAssembler();
     let settled = false;
     const settle = (error: Error | undefined, rules?: RuleSet) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      void worker.terminate();
+      worker.off('message', onMessage);
+      worker.off('error', onError);
+      worker.off('exit', onExit);
       if (error) reject(error);
       else resolve(rules as RuleSet);
     };
+    /** The worker cannot be trusted with another load: it is ended, and the next starts anew. */
+    const abandon = (error: Error) => {
+      settle(error);
+      if (state.worker === worker) state.worker = undefined;
+      void worker.terminate();
+    };
     const timer = setTimeout(
       () =>
-        settle(new RulesError(`${name}: rules did not load within ${LOAD_TIMEOUT_MS / 1000} s`)),
+        abandon(new RulesError(`${name}: rules did not load within ${LOAD_TIMEOUT_MS / 1000} s`)),
       LOAD_TIMEOUT_MS,
     );
     timer.unref();
-    worker.on('message', (message: LoadWorkerMessage) => {
+    const onMessage = (message: LoadWorkerMessage) => {
+      if (message.id !== id) return;
       if ('error' in message) {
         const { name: kind, message: text } = message.error;
         return settle(kind === 'RulesError' ? new RulesError(text) : new Error(text));
@@ -63,21 +132,23 @@ export function loadRulesOffThread(
       try {
         assembler.add(message.records);
       } catch (error) {
-        return settle(error as Error);
+        return abandon(error as Error);
       }
       if (message.done) return settle(undefined, assembler.finish());
       // The next batch only after this turn of the event loop: calls go first.
-      setImmediate(() => !settled && worker.postMessage('next'));
-    });
-    worker.on('error', (error: Error & { code?: string }) =>
-      settle(
+      setImmediate(() => !settled && worker.postMessage({ next: id }));
+    };
+    const onError = (error: Error & { code?: string }) =>
+      abandon(
         error.code === 'ERR_WORKER_OUT_OF_MEMORY'
           ? new RulesError(`${name}: loading the rules needed more than ${LOAD_HEAP_MB} MB`)
           : error,
-      ),
-    );
-    worker.on('exit', (code) =>
-      settle(new RulesError(`${name}: the rules loader stopped (exit ${code}) before it finished`)),
-    );
+      );
+    const onExit = (code: number) =>
+      settle(new RulesError(`${name}: the rules loader stopped (exit ${code}) before it finished`));
+    worker.on('message', onMessage);
+    worker.on('error', onError);
+    worker.on('exit', onExit);
+    worker.postMessage({ load: id, source, options, batchSize: BATCH_SIZE } satisfies LoadRequest);
   });
 }

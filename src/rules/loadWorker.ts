@@ -1,50 +1,58 @@
 /**
- * The worker thread of `loadRulesOffThread`: loads the rules, then hands them over in batches of
- * records, one batch each time the serving thread asks for the next (see ruleRecords.ts).
+ * The worker thread of the rules loader (loadOffThread.ts), which serves one load after another:
+ * for each it loads the rules, then hands them over in batches of records, one batch each time
+ * the serving thread asks for the next (see ruleRecords.ts).
  */
-import { parentPort, workerData } from 'node:worker_threads';
+import { parentPort } from 'node:worker_threads';
 import type { LoadRulesOptions } from './loadRules.js';
 import { ruleRecords, type RuleRecord } from './ruleRecords.js';
 import { loadSource, type RulesSource } from './rulesSource.js';
 
-export interface LoadWorkerData {
-  source: RulesSource;
-  options: LoadRulesOptions;
-  batchSize: number;
-}
+/** To the worker: a load, or the next batch of one. */
+export type LoadRequest =
+  | { load: number; source: RulesSource; options: LoadRulesOptions; batchSize: number }
+  | { next: number };
 
 /** From the worker: a batch, the last one with `done`; or the error that refused the rules. */
 export type LoadWorkerMessage =
-  { records: RuleRecord[]; done: boolean } | { error: { name: string; message: string } };
+  | { id: number; records: RuleRecord[]; done: boolean }
+  | { id: number; error: { name: string; message: string } };
 
 const port = parentPort;
 if (port === null) throw new Error('loadWorker.js runs as a worker thread');
-const { source, options, batchSize } = workerData as LoadWorkerData;
 
-function start(): Generator<RuleRecord> | undefined {
+/** The load being handed over, if any; a new load replaces it. */
+let current: { id: number; records: Generator<RuleRecord>; batchSize: number } | undefined;
+
+function start(request: Extract<LoadRequest, { load: number }>): void {
+  current = undefined;
   try {
-    return ruleRecords(loadSource(source, options));
+    const records = ruleRecords(loadSource(request.source, request.options));
+    current = { id: request.load, records, batchSize: request.batchSize };
   } catch (error) {
     const { name, message } = error instanceof Error ? error : new Error(String(error));
-    port?.postMessage({ error: { name, message } } satisfies LoadWorkerMessage);
-    return undefined;
+    port?.postMessage({ id: request.load, error: { name, message } } satisfies LoadWorkerMessage);
+    return;
   }
-}
-
-const records = start();
-if (records !== undefined) {
-  const sendBatch = (): void => {
-    const batch: RuleRecord[] = [];
-    for (let next = records.next(); !next.done; next = records.next()) {
-      batch.push(next.value);
-      if (batch.length >= batchSize) {
-        port.postMessage({ records: batch, done: false } satisfies LoadWorkerMessage);
-        return;
-      }
-    }
-    // The serving thread ends the worker once it has the last batch.
-    port.postMessage({ records: batch, done: true } satisfies LoadWorkerMessage);
-  };
-  port.on('message', sendBatch);
   sendBatch();
 }
+
+function sendBatch(): void {
+  if (current === undefined) return;
+  const { id, records, batchSize } = current;
+  const batch: RuleRecord[] = [];
+  for (let next = records.next(); !next.done; next = records.next()) {
+    batch.push(next.value);
+    if (batch.length >= batchSize) {
+      port?.postMessage({ id, records: batch, done: false } satisfies LoadWorkerMessage);
+      return;
+    }
+  }
+  current = undefined; // what it held goes with it
+  port?.postMessage({ id, records: batch, done: true } satisfies LoadWorkerMessage);
+}
+
+port.on('message', (request: LoadRequest) => {
+  if ('load' in request) start(request);
+  else if (current?.id === request.next) sendBatch();
+});

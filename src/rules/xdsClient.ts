@@ -33,6 +33,8 @@ const INVALID_ARGUMENT = 3;
  * so that the two do not spin.
  */
 const REPEAT_NACK_DELAY_MS = 1_000;
+/** The least time between the end of one load and the start of the next. */
+const LOAD_GAP_MS = 100;
 /** Refused contents remembered, so that none of them is loaded again while it is. */
 const REFUSED_REMEMBERED = 16;
 /** A NACK's reason is cut to this many characters: the server's messages are bounded too. */
@@ -73,22 +75,32 @@ interface DiscoveryResponse {
   nonce?: string;
 }
 
-type AdsStream = grpc.ClientDuplexStream<object, DiscoveryResponse>;
+type AdsStream = grpc.ClientDuplexStream<object, Buffer>;
 
-let adsClient: grpc.ServiceClientConstructor | undefined;
-function adsClientConstructor(): grpc.ServiceClientConstructor {
-  if (adsClient === undefined) {
+/**
+ * The ADS client, whose responses arrive as their bytes: they are decoded only when one is about
+ * to load, so that a flood of updates costs a copy of each, not a decoding (see `pending`).
+ */
+let ads:
+  | { Client: grpc.ServiceClientConstructor; decode: (bytes: Buffer) => DiscoveryResponse }
+  | undefined;
+function adsClient(): NonNullable<typeof ads> {
+  if (ads === undefined) {
     const definition = protoLoader.loadSync('envoy/service/discovery/v3/ads.proto', loaderOptions);
-    const loaded = grpc.loadPackageDefinition(definition) as unknown as {
-      envoy: {
-        service: {
-          discovery: { v3: { AggregatedDiscoveryService: grpc.ServiceClientConstructor } };
-        };
-      };
+    const service = definition['envoy.service.discovery.v3.AggregatedDiscoveryService'] as
+      protoLoader.ServiceDefinition | undefined;
+    const method = service?.StreamAggregatedResources;
+    if (method === undefined) throw new Error('ads.proto has no StreamAggregatedResources');
+    const raw = { ...method, responseDeserialize: (bytes: Buffer) => bytes };
+    ads = {
+      Client: grpc.makeGenericClientConstructor(
+        { StreamAggregatedResources: raw } as unknown as grpc.ServiceDefinition,
+        'AggregatedDiscoveryService',
+      ),
+      decode: (bytes) => method.responseDeserialize(bytes) as DiscoveryResponse,
     };
-    adsClient = loaded.envoy.service.discovery.v3.AggregatedDiscoveryService;
   }
-  return adsClient;
+  return ads;
 }
 
 function credentialsOf(settings: XdsSettings): grpc.ChannelCredentials {
@@ -109,7 +121,7 @@ function metadataStruct(metadata: Record<string, string>) {
 
 export function startXdsClient(options: XdsClientOptions): XdsClient {
   const { settings } = options;
-  const Client = adsClientConstructor();
+  const { Client, decode } = adsClient();
   const channelOptions: grpc.ChannelOptions = {
     'grpc.max_receive_message_length': settings.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
     // A silent connection is found within a minute, not at the kernel's leisure.
@@ -132,8 +144,12 @@ export function startXdsClient(options: XdsClientOptions): XdsClient {
   /** Whether any stream has had a response: from then on, reconnections back off. */
   let everAnswered = false;
   let failures = 0;
-  /** The response waiting to load, and whether one is loading. */
-  let pending: { stream: AdsStream; response: DiscoveryResponse } | undefined;
+  /**
+   * The response waiting to load, still as its bytes, and whether one is loading. One that
+   * arrives while another waits replaces it undecoded: state of the world, only the latest
+   * matters.
+   */
+  let pending: { stream: AdsStream; bytes: Buffer } | undefined;
   let loading = false;
   /**
    * The last REFUSED_REMEMBERED contents refused, oldest first, and why: any of them again is
@@ -164,8 +180,17 @@ export function startXdsClient(options: XdsClientOptions): XdsClient {
     if (loading) return;
     loading = true;
     while (pending !== undefined && !closed) {
-      const { stream: from, response } = pending;
+      const { stream: from, bytes } = pending;
       pending = undefined;
+      let response: DiscoveryResponse;
+      try {
+        response = decode(bytes);
+      } catch (error) {
+        const reason = new Error(`not a DiscoveryResponse: ${(error as Error).message}`);
+        options.onRejected(reason, '');
+        answer(from, {}, reason);
+        continue;
+      }
       const version = response.version_info ?? '';
       const print = fingerprint(response);
       clearTimeout(repeatTimer);
@@ -200,6 +225,9 @@ export function startXdsClient(options: XdsClientOptions): XdsClient {
         options.onRejected(reason, version);
         answer(from, response, reason);
       }
+      // A server sending update after update gets the latest loaded every LOAD_GAP_MS at most,
+      // so that loading never takes the serving thread's time from calls for long.
+      if (pending !== undefined) await new Promise((resolve) => setTimeout(resolve, LOAD_GAP_MS));
     }
     loading = false;
   };
@@ -216,7 +244,7 @@ export function startXdsClient(options: XdsClientOptions): XdsClient {
     ).StreamAggregatedResources(metadata);
     stream = call;
     let answered = false;
-    call.on('data', (response: DiscoveryResponse) => {
+    call.on('data', (bytes: Buffer) => {
       if (call !== stream) return;
       if (!answered) {
         answered = true;
@@ -224,7 +252,7 @@ export function startXdsClient(options: XdsClientOptions): XdsClient {
         failures = 0;
         options.onStream?.({ connected: true });
       }
-      pending = { stream: call, response };
+      pending = { stream: call, bytes };
       void loadNext();
     });
     let ended = false;
