@@ -40,7 +40,7 @@ export interface TestRedis {
    */
   pause(): void;
   resume(): void;
-  /** Starts it again on the same port, empty. */
+  /** Starts it again on the same port: empty, unless its options keep data (AOF, RDB). */
   restart(): Promise<void>;
   stop(): Promise<void>;
 }
@@ -67,8 +67,10 @@ function hasRedisServer(): boolean {
   return spawnSync('redis-server', ['--version']).status === 0;
 }
 
-export async function startRedis(): Promise<TestRedis> {
-  if (hasRedisServer()) return spawnRedis();
+/** `args`: more redis-server options, after the tests' own (spawned servers only). */
+export async function startRedis(options: { args?: string[] } = {}): Promise<TestRedis> {
+  if (hasRedisServer()) return spawnRedis(options.args);
+  if (options.args?.length) throw new Error('redis-server options need a spawned redis-server');
   return containerRedis();
 }
 
@@ -77,10 +79,10 @@ export async function startRedis(): Promise<TestRedis> {
  * redis-server of its own answers there, and ours exits. The server is taken only once its
  * process id says it is ours, and a clash starts again on another port.
  */
-async function spawnRedis(): Promise<TestRedis> {
+async function spawnRedis(args: string[] = []): Promise<TestRedis> {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await spawnRedisOn(await freePort());
+      return await spawnRedisOn(await freePort(), args);
     } catch (error) {
       if (!(error instanceof PortTaken) || attempt >= 5) throw error;
     }
@@ -89,8 +91,9 @@ async function spawnRedis(): Promise<TestRedis> {
 
 export class PortTaken extends Error {}
 
-export async function spawnRedisOn(port: number): Promise<TestRedis> {
-  const unixSocket = join(mkdtempSync(join(tmpdir(), 'tollgate-redis-')), 'redis.sock');
+export async function spawnRedisOn(port: number, args: string[] = []): Promise<TestRedis> {
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-redis-'));
+  const unixSocket = join(dir, 'redis.sock');
   let child: ChildProcess | undefined;
 
   const launch = async () => {
@@ -107,6 +110,10 @@ export async function spawnRedisOn(port: number): Promise<TestRedis> {
         unixSocket,
         '--unixsocketperm',
         '700',
+        // Files it writes (AOF, RDB) go beside its socket, never into the checkout.
+        '--dir',
+        dir,
+        ...args,
       ]),
       { stdio: 'ignore' },
     );
