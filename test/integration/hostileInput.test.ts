@@ -712,17 +712,19 @@ describe('rules files that try to exhaust the loader', () => {
     ]) {
       const failed = await errors();
       replaceRules(bad);
-      await eventually(async () => (await errors()) > failed, 5_000);
+      // The refusal's count is the event; the cap is only for a machine so busy that the
+      // watcher and the loader run seconds late.
+      await eventually(async () => (await errors()) > failed, 30_000);
       expect(await limitOf()).toBe(100);
       expect(tollgate.child.exitCode).toBeNull();
     }
     expect((await errors()) - failedBefore).toBe(2);
     // The watcher still works: good rules are taken.
     replaceRules(RULES.replace('requests_per_unit: 100}', 'requests_per_unit: 150}'));
-    await eventually(async () => (await limitOf()) === 150, 5_000);
+    await eventually(async () => (await limitOf()) === 150, 30_000);
     replaceRules(RULES);
-    await eventually(async () => (await limitOf()) === 100, 5_000);
-  });
+    await eventually(async () => (await limitOf()) === 100, 30_000);
+  }, 120_000);
 
   it('keeps answering while a reload of an alias bomb is loading', async () => {
     // The service loads rules on its event loop: a loader that takes seconds stops every call.

@@ -237,7 +237,8 @@ describe('the largest valid file', () => {
 
 describe('a file written in two halves', () => {
   it('is loaded whole, once it has held still for CONFIG_SETTLE_TIME', async () => {
-    const { tollgate, dir } = await start({ CONFIG_SETTLE_TIME: '1s' });
+    // 3 s: the 400 ms between the halves must stay under it however late this process runs.
+    const { tollgate, dir } = await start({ CONFIG_SETTLE_TIME: '3s' });
     const path = join(dir, 'api.yaml');
     const whole = `${GOOD(100)}  - key: route\n    rate_limit: {unit: minute, requests_per_unit: 7}\n`;
     const loads = () =>
@@ -249,12 +250,15 @@ describe('a file written in two halves', () => {
     writeFileSync(path, GOOD(100).replace('100', '50'));
     await new Promise((resolve) => setTimeout(resolve, 400));
     writeFileSync(path, whole.replace('100', '50'));
-    await eventually(async () => (await limitNow(tollgate)) === 50, 10_000);
+    // The reload's own log line is the event; the cap is only the test's, for a machine so busy
+    // that the settle time, the loader and the poll all run late.
+    await eventually(async () => loads() >= 1, 50_000);
+    expect(await limitNow(tollgate)).toBe(50);
     const route = await callCheck(tollgate.client, {
       domain: 'api',
       descriptors: [d('route', 'r')],
     });
     expect(route.statuses?.[0]?.current_limit?.requests_per_unit).toBe(7);
     expect(loads()).toBe(1);
-  }, 30_000);
+  }, 60_000);
 });
