@@ -35,7 +35,7 @@ const FIRST_RETRY_MS = 100;
 const MAX_RETRY_MS = 2_000;
 const STALL_MS = 15_000;
 /** How long a close waits for the last packets to leave. */
-const CLOSE_MS = 1_000;
+const CLOSE_MS = 500;
 
 export function createTcpTransport(options: TransportOptions): StatsdTransport {
   const state: TcpState = {
@@ -127,7 +127,9 @@ async function closeTcp(state: TcpState): Promise<void> {
       clearTimeout(timer);
       resolve();
     });
-    if (state.connected) socket.end();
+    // Once the last packets are in the kernel's hands there is nothing to wait for: a server
+    // that reads nothing would never answer the FIN.
+    if (state.connected) socket.end(() => socket.destroy());
     else socket.destroy();
   });
 }

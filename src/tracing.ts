@@ -41,6 +41,9 @@ export interface Tracing {
   shutdown(): Promise<void>;
 }
 
+/** How long a shutdown waits for the last spans to be exported. */
+const SHUTDOWN_MS = 500;
+
 const DISABLED: Tracing = {
   enabled: false,
   traceCheck: (run) => run(),
@@ -135,6 +138,14 @@ export function createTracing(options: TracingOptions): Tracing {
       if (event.unknownDomain) span.setAttribute('tollgate.unknown_domain', true);
     },
 
-    shutdown: () => provider.shutdown(),
+    // The last spans get half a second to leave: a collector that is gone or reads nothing must
+    // not hold the exit (the exporter's own timeout is 10 s), nor fail it.
+    shutdown: () => {
+      let timer: NodeJS.Timeout | undefined;
+      return Promise.race([
+        provider.shutdown().catch(() => undefined),
+        new Promise<void>((resolve) => (timer = setTimeout(resolve, SHUTDOWN_MS))),
+      ]).finally(() => clearTimeout(timer));
+    },
   };
 }

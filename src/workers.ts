@@ -90,7 +90,10 @@ async function runAlone(settings: Settings, logger: Logger): Promise<void> {
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     process.once(signal, () => {
       logger.info({ signal }, 'draining');
-      void service.stop().then(() => process.exit(0));
+      void service.stop().then(
+        () => process.exit(0),
+        (error: unknown) => exitAfterFailedStop(logger, error),
+      );
     });
   }
 }
@@ -364,7 +367,11 @@ async function runWorker(): Promise<void> {
         draining = true;
         logger.info({ signal }, 'draining');
         void started.then(
-          () => service.stop().then(() => process.exit(0)),
+          () =>
+            service.stop().then(
+              () => process.exit(0),
+              (error: unknown) => exitAfterFailedStop(logger, error),
+            ),
           () => {},
         );
       });
@@ -378,4 +385,10 @@ async function runWorker(): Promise<void> {
       process.exit(1),
     );
   }
+}
+
+/** A part that failed to close is a bug to log; the drain itself is over, so the process ends. */
+function exitAfterFailedStop(logger: Logger, error: unknown): void {
+  logger.error({ err: error }, 'stopping failed; exiting');
+  process.exit(1);
 }
