@@ -64,6 +64,11 @@ export interface LimiterOptions {
    * memory and not incremented, whatever the others of the request do.
    */
   referenceCounting?: { stop: boolean };
+  /**
+   * COMPAT_MODE=reference: `duration_until_reset` in whole seconds, rounded up, as the reference
+   * answers `W − (now_s mod W)`; tollgate's own default is the exact milliseconds.
+   */
+  wholeSecondResets?: boolean;
   /** OVER_LIMIT_CACHE_SIZE: denied counters answered from memory until their reset; 0: off. */
   overLimitCacheSize?: number;
   /**
@@ -379,6 +384,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
     counted: readonly Counted[] = [],
   ): Decision {
     const decision: Decision = { code, statuses };
+    if (options.wholeSecondResets) roundResetsToSeconds(statuses);
     if (pickedReferenceHeaders !== undefined && counted.length > 0) {
       const byIndex = new Map(counted.map((c) => [c.index, c]));
       headers = (headers ?? []).concat(
@@ -637,4 +643,12 @@ function failureDecision(
         : NO_LIMIT;
   }
   return { code: mode === 'deny' ? 'OVER_LIMIT' : 'OK', statuses };
+}
+
+/** Each reset up to the next whole second: ceil(W − e) in seconds is the reference's W − ⌊e⌋. */
+function roundResetsToSeconds(statuses: DescriptorStatus[]): void {
+  for (const status of statuses) {
+    const ms = status?.durationUntilResetMs;
+    if (ms !== undefined) status.durationUntilResetMs = Math.ceil(ms / 1000) * 1000;
+  }
 }

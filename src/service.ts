@@ -184,6 +184,7 @@ export function createService(options: ServiceOptions): Service {
       settings.compatMode === 'reference'
         ? { stop: settings.stopIncrementWhenOverLimit }
         : undefined,
+    wholeSecondResets: settings.compatMode === 'reference',
     // Off on a cluster: a denial that spans slots refunds what it took, so a count may fall early.
     overLimitCacheSize: settings.redis?.type === 'cluster' ? 0 : settings.overLimitCacheSize,
     // The clock the store's resets run on: Redis TIME, or this one (CLOCK=local, in-memory store).

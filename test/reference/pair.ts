@@ -156,22 +156,22 @@ export interface Exchange {
 }
 
 /** Expects both answers of an exchange alike, field by field; counts it as compared. */
-export function expectAlike({ request, expected, actual, gapMs }: Exchange): void {
+export function expectAlike({ request, expected, actual, started, gapMs }: Exchange): void {
   compared += 1;
   const what = `request #${compared}: ${JSON.stringify(request)}`;
   expect(comparable(actual), what).toEqual(comparable(expected));
-  // The reference reports whole seconds (the unit less the seconds elapsed in it, so up to one
-  // second more than what is left); tollgate milliseconds, from a moment up to gapMs later. The
-  // three clocks (the reference's, tollgate's and this test's, which measures gapMs) each read
-  // whole milliseconds, so the bound allows 2 ms of their rounding.
+  // Both answer whole seconds: the unit less the whole seconds elapsed in it. Both read the
+  // time somewhere between `started` and `started + gapMs` (2 ms more for the three clocks'
+  // rounding): within one second they must agree exactly, across a second's turn by one second.
+  const oneSecond = Math.floor(started / 1000) === Math.floor((started + gapMs + 2) / 1000);
   (expected.statuses ?? []).forEach((status, i) => {
     const theirs = resetMs(status);
     const ours = resetMs(actual.statuses?.[i] ?? {});
     if (theirs !== undefined && ours !== undefined) {
-      expect(
-        Math.abs(theirs - ours),
-        `${what}: duration_until_reset of status ${i}`,
-      ).toBeLessThanOrEqual(1_000 + gapMs + 2);
+      const where = `${what}: duration_until_reset of status ${i}`;
+      expect(ours % 1000, `${where} in whole seconds`).toBe(0);
+      if (oneSecond) expect(ours, where).toBe(theirs);
+      else expect(Math.abs(theirs - ours), where).toBeLessThanOrEqual(1_000);
     }
   });
   const headerValue = (r: RateLimitResponseObject, suffix: string) =>
