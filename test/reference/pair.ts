@@ -5,7 +5,8 @@ import { expect } from 'vitest';
 import type { RateLimitRequestObject, RateLimitResponseObject } from '../../src/grpc/protos.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { startRedis } from '../support/redis.js';
-import { callCheck, resetMs } from '../support/tollgate.js';
+import type { Redis } from 'ioredis';
+import { callCheck, isProbeKey, resetMs } from '../support/tollgate.js';
 import { startReference, type ReferenceProcess } from './reference.js';
 
 /**
@@ -28,6 +29,13 @@ export interface Pair {
   readonly compared: number;
   /** Both services' per-rule statistics, as their Prometheus endpoints give them. */
   stats(): Promise<{ reference: RuleStats; tollgate: RuleStats }>;
+  /**
+   * Every counter's count in each Redis, sorted: the reference's plain keys, tollgate's `c`
+   * fields (its health probe's counter left out). The key formats differ; the counts must not.
+   * A count of 0 is left out: the reference's `INCRBY key 0` leaves such a key, which decides
+   * everything after it as no key would.
+   */
+  counts(): Promise<{ reference: number[]; tollgate: number[] }>;
   stop(): Promise<void>;
 }
 
@@ -94,6 +102,23 @@ export async function startPair(
         fetch(`${tollgate.httpUrl}/metrics`).then((r) => r.text()),
       ]);
       return { reference: ruleStats(ref), tollgate: asReferenceMapsThem(ruleStats(own)) };
+    },
+    async counts() {
+      const read = async (client: Redis, field: boolean) => {
+        const keys = (await client.keys('*')).filter((key) => !isProbeKey(key));
+        const values = await Promise.all(
+          keys.map((key) => (field ? client.hget(key, 'c') : client.get(key))),
+        );
+        return values
+          .map(Number)
+          .filter((count) => count !== 0)
+          .sort((a, b) => a - b);
+      };
+      const [theirs, ours] = await Promise.all([
+        read(referenceRedis.client, false),
+        read(tollgateRedis.client, true),
+      ]);
+      return { reference: theirs, tollgate: ours };
     },
     async stop() {
       await Promise.all([reference.stop(), tollgate.stop()]);

@@ -122,6 +122,15 @@ async function exercise(p: Pair): Promise<void> {
   await send(p, 4, 'shadow', [override(2, 'HOUR', 'user', 'o')]);
   await send(p, 3, 'shadow', [override(3, 'DAY', 'anything', 'x', 'deeper', 'y')]);
   await send(p, 2, 'unknown_domain', [d('any', 'thing')]);
+  // A cost past the limit, alone and beside a counter that fits: what it leaves counted shows in
+  // the answers after it.
+  await send(p, 1, 'shadow', [d('plan', 'big')], 1000);
+  await send(p, 3, 'shadow', [d('plan', 'big')]);
+  await send(p, 1, 'shadow', [
+    d('plan', 'big2'),
+    { ...d('detailed', 'big2'), hits_addend: { value: '1000' } },
+  ]);
+  await send(p, 3, 'shadow', [d('plan', 'big2'), d('detailed', 'big2')]);
 }
 
 describe('rule features, against the reference', () => {
@@ -162,5 +171,44 @@ describe('rule features, against the reference', () => {
       await pair.stop();
       pair = undefined;
     }
+  });
+
+  it('leaves the same counts in Redis after a cost past the limit', async () => {
+    const settings: Record<string, string>[] = [
+      {},
+      { STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true' },
+      { LOCAL_CACHE_SIZE_IN_BYTES: '1048576' },
+      { LOCAL_CACHE_SIZE_IN_BYTES: '1048576', STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true' },
+    ];
+    for (const env of settings) {
+      pair = await startPair(FEATURES, env);
+      const what = JSON.stringify(env);
+      await pair.check({ domain: 'shadow', descriptors: [d('plan', 'big')], hits_addend: 1000 });
+      expect(await pair.counts(), what).toEqual({ reference: [1000], tollgate: [1000] });
+      await pair.check({ domain: 'shadow', descriptors: [d('plan', 'big')] });
+      await pair.check({
+        domain: 'shadow',
+        descriptors: [d('plan', 'fits'), { ...d('plan', 'past'), hits_addend: { value: '1000' } }],
+      });
+      const { reference, tollgate } = await pair.counts();
+      expect(tollgate, what).toEqual(reference);
+      await pair.stop();
+      pair = undefined;
+    }
+  });
+
+  it('with the local cache, answers a plain check from a limit override remembered over, alike', async () => {
+    // The cache's key is the counter's, without its limit: an override of 1 a minute that went
+    // over makes plain checks of the same counter (the rule allows 3 a minute) over too, in both.
+    pair = await startPair(FEATURES, { LOCAL_CACHE_SIZE_IN_BYTES: '1048576' });
+    const override = { ...d('plan', 'o'), limit: { requests_per_unit: 1, unit: 'MINUTE' } };
+    await pair.check({ domain: 'shadow', descriptors: [override] });
+    const over = await pair.check({ domain: 'shadow', descriptors: [override] });
+    expect(over.overall_code).toBe('OVER_LIMIT');
+    const plain = await pair.check({ domain: 'shadow', descriptors: [d('plan', 'o')] });
+    expect(plain.overall_code).toBe('OVER_LIMIT');
+    const { reference, tollgate } = await pair.counts();
+    expect(tollgate).toEqual(reference);
+    expect(reference).toEqual([2]);
   });
 });
