@@ -13,6 +13,7 @@ import {
   createKeyCache,
   createOverLimitCache,
   type KeyCache,
+  type LocalCacheStats,
   type OverLimitCache,
 } from './overLimitCache.js';
 import { referenceCounts } from './referenceCounts.js';
@@ -82,6 +83,8 @@ export interface LimiterOptions {
 
 export interface Limiter {
   decide(check: Check): Promise<Decision>;
+  /** The reference's local cache's counts, when it is on (COMPAT_MODE=reference). */
+  localCacheStats?(): LocalCacheStats;
 }
 
 const NO_LIMIT: DescriptorStatus = Object.freeze({ code: 'OK', limitRemaining: 0 });
@@ -126,6 +129,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
   }
 
   return {
+    ...(keyCache ? { localCacheStats: () => keyCache.stats() } : {}),
     async decide(check: Check): Promise<Decision> {
       const descriptors = check.descriptors;
       const statuses = new Array<DescriptorStatus>(descriptors.length);
@@ -218,7 +222,8 @@ export function createLimiter(options: LimiterOptions): Limiter {
       }
       // The reference's local cache: each remembered counter is answered from memory; the store
       // is called only when some counter is not remembered.
-      const remembered = keyCache?.size ? rememberedOver(keyCache, counters, cacheNow) : undefined;
+      // Every counter is looked up, as the reference looks each key up: its gauges count misses.
+      const remembered = keyCache ? rememberedOver(keyCache, counters, cacheNow) : undefined;
       if (remembered !== undefined && remembered.every((deadline) => deadline !== undefined)) {
         return answerFromCache(
           check,

@@ -50,6 +50,8 @@
  *   grpc_connection_idle,
  *   http_connections.
  * - `tollgate_statsd_dropped_flushes_total`: statsd flushes that lost stats (USE_STATSD).
+ * - `ratelimit_localcache_*`: under COMPAT_MODE=reference with its local cache, the reference's
+ *   eight gauges of it (see overLimitCache.ts's LocalCacheStats).
  * - `tollgate_workers`: service processes serving: 1 in each, so the cluster's sum counts them.
  * - `tollgate_worker_restarts_total`: under WORKERS > 1, workers that exited and were replaced
  *   (counted by the cluster primary).
@@ -70,9 +72,22 @@ import {
   type MetricValue,
 } from 'prom-client';
 import { splitHits, type CheckEvent, type RuleOutcome } from './outcome.js';
+import type { LocalCacheStats } from './overLimitCache.js';
 import { STORE_ERROR_KINDS } from './store/redisErrors.js';
 
 export type RpcOutcome = 'ok' | 'over_limit' | 'invalid' | 'unavailable' | 'internal';
+
+/** The reference's local-cache gauges, in its order. */
+export const LOCAL_CACHE_GAUGES = [
+  'evacuateCount',
+  'expiredCount',
+  'entryCount',
+  'averageAccessTime',
+  'hitCount',
+  'missCount',
+  'lookupCount',
+  'overwriteCount',
+] as const satisfies readonly (keyof LocalCacheStats)[];
 
 /** The server's bounds, as `tollgate_bounds_reached_total` labels them. */
 const BOUNDS = [
@@ -116,6 +131,11 @@ export interface Metrics {
   boundReached(bound: Bound): void;
   /** A statsd flush lost packets (USE_STATSD): no connection, or a server that reads nothing. */
   statsdFlushDropped(): void;
+  /**
+   * The reference's local cache (COMPAT_MODE=reference): its gauges, as the reference's statsd
+   * exporter names them, `ratelimit_localcache_hitCount` and the rest, read at each scrape.
+   */
+  localCache(read: () => LocalCacheStats): void;
   /** The Content-Type of `text()`. */
   readonly contentType: string;
   /** The text exposition, for GET /metrics. */
@@ -523,6 +543,21 @@ export function createMetrics(options: MetricsOptions): Metrics {
 
     statsdFlushDropped(): void {
       statsdDropped.inc();
+    },
+
+    localCache(read) {
+      for (const name of LOCAL_CACHE_GAUGES) {
+        new Gauge({
+          name: `ratelimit_localcache_${name}`,
+          help: `The reference's local cache: ${name}, as its cache library counts it.`,
+          // A mean access time is averaged over workers; the counts add up.
+          aggregator: name === 'averageAccessTime' ? 'average' : 'sum',
+          registers,
+          collect() {
+            this.set(read()[name]);
+          },
+        });
+      }
     },
 
     invalidRequest(): void {

@@ -123,41 +123,106 @@ export function createOverLimitCache(maxEntries: number): OverLimitCache {
 /**
  * COMPAT_MODE=reference: the reference's local cache. A key found over is remembered until its
  * window ends, whatever the cost of later checks, and those checks are answered from memory.
- * Bounded as above, and emptied by a reload.
+ * Bounded as above, and emptied by a reload. It counts what the reference's cache library
+ * (freecache) counts, for the reference's `ratelimit.localcache.*` gauges (see `stats`).
  */
 export interface KeyCache {
   sync(rules: object): void;
-  /** The deadline while `key` is remembered over, or undefined. */
+  /** The deadline while `key` is remembered over, or undefined: one lookup, a hit or a miss. */
   until(key: string, now: number): number | undefined;
   remember(key: string, deadline: number): void;
   readonly size: number;
+  stats(): LocalCacheStats;
+}
+
+/** The reference's local-cache gauges, with freecache's meanings. */
+export interface LocalCacheStats {
+  /** Lookups that found a key remembered. */
+  hitCount: number;
+  /** Lookups that found none, or one past its deadline (which is then dropped). */
+  missCount: number;
+  lookupCount: number;
+  /** Keys remembered now. */
+  entryCount: number;
+  /** Keys dropped for room, before their deadline. */
+  evacuateCount: number;
+  /** Keys found past their deadline. */
+  expiredCount: number;
+  /** Keys remembered again while still remembered. */
+  overwriteCount: number;
+  /** The mean of the keys' last access, set or hit, in Unix seconds; 0 with no key. */
+  averageAccessTime: number;
+}
+
+interface Remembered {
+  deadline: number;
+  /** Unix seconds of its last set or hit. */
+  accessed: number;
 }
 
 export function createKeyCache(maxEntries: number): KeyCache {
-  const deadlines = new Map<string, number>();
+  const entries = new Map<string, Remembered>();
   let version: object | undefined;
+  const counts = { hit: 0, miss: 0, evacuated: 0, expired: 0, overwritten: 0 };
+  /** The sum of every entry's `accessed`, kept as entries come, go and are touched. */
+  let accessSum = 0;
+  const unixSeconds = () => Math.floor(Date.now() / 1000);
+  const drop = (key: string, entry: Remembered) => {
+    entries.delete(key);
+    accessSum -= entry.accessed;
+  };
   return {
     sync(rules) {
       if (rules === version) return;
       version = rules;
-      deadlines.clear();
+      entries.clear();
+      accessSum = 0;
     },
     until(key, now) {
-      const deadline = deadlines.get(key);
-      if (deadline === undefined) return undefined;
-      if (deadline <= now) {
-        deadlines.delete(key);
+      const entry = entries.get(key);
+      if (entry === undefined) {
+        counts.miss++;
         return undefined;
       }
-      return deadline;
+      if (entry.deadline <= now) {
+        drop(key, entry);
+        counts.expired++;
+        counts.miss++;
+        return undefined;
+      }
+      counts.hit++;
+      const at = unixSeconds();
+      accessSum += at - entry.accessed;
+      entry.accessed = at;
+      return entry.deadline;
     },
     remember(key, deadline) {
-      deadlines.delete(key);
-      deadlines.set(key, deadline);
-      if (deadlines.size > maxEntries) deadlines.delete(deadlines.keys().next().value as string);
+      const known = entries.get(key);
+      if (known !== undefined) {
+        counts.overwritten++;
+        drop(key, known);
+      }
+      const entry = { deadline, accessed: unixSeconds() };
+      entries.set(key, entry);
+      accessSum += entry.accessed;
+      if (entries.size > maxEntries) {
+        const [oldest, old] = entries.entries().next().value as [string, Remembered];
+        drop(oldest, old);
+        counts.evacuated++;
+      }
     },
     get size() {
-      return deadlines.size;
+      return entries.size;
     },
+    stats: () => ({
+      hitCount: counts.hit,
+      missCount: counts.miss,
+      lookupCount: counts.hit + counts.miss,
+      entryCount: entries.size,
+      evacuateCount: counts.evacuated,
+      expiredCount: counts.expired,
+      overwriteCount: counts.overwritten,
+      averageAccessTime: entries.size === 0 ? 0 : Math.floor(accessSum / entries.size),
+    }),
   };
 }

@@ -195,6 +195,11 @@ export function createService(options: ServiceOptions): Service {
       if (event.storeError) logStoreError(event.storeError);
     },
   });
+  if (limiter.localCacheStats) {
+    const read = limiter.localCacheStats;
+    metrics.localCache(read);
+    statsd?.localCache(read);
+  }
 
   /** One check, from either server: traced in the caller's trace, and timed by its outcome. */
   async function decide<C>(

@@ -15,6 +15,9 @@
  * - `ratelimit_server.ShouldRateLimit.total_requests`.
  * Timer: `ratelimit_server.ShouldRateLimit.response_time`, in ms, one line per call (at most
  * MAX_TIMINGS a flush), sent with the counters.
+ * Gauges, under COMPAT_MODE=reference with the local cache on: `ratelimit.localcache.{hitCount,
+ * missCount, lookupCount, entryCount, evacuateCount, expiredCount, overwriteCount,
+ * averageAccessTime}`, every flush.
  *
  * EXTRA_TAGS are appended to every name in the reference's form, `NAME.__key=value`, sorted by
  * key, with '.', ':' and '|' of keys and values made '_'.
@@ -29,7 +32,8 @@
 import type { CheckEvent, RuleOutcome } from './outcome.js';
 import { splitHits } from './outcome.js';
 import { statName } from './rules/metricKey.js';
-import { OVERFLOW_KEY, type Metrics } from './metrics.js';
+import { LOCAL_CACHE_GAUGES, OVERFLOW_KEY, type Metrics } from './metrics.js';
+import type { LocalCacheStats } from './overLimitCache.js';
 import { createTcpTransport, createUdpTransport } from './statsdTransport.js';
 
 export interface StatsdSettings {
@@ -55,6 +59,11 @@ export interface Statsd {
   latency(seconds: number): void;
   invalidRequest(): void;
   configLoad(ok: boolean): void;
+  /**
+   * The reference's local cache (COMPAT_MODE=reference): its eight gauges go with every flush,
+   * as `ratelimit.localcache.NAME`, what they read then.
+   */
+  localCache(read: () => LocalCacheStats): void;
   /** Sends what is counted now. */
   flush(): void;
   /** A last flush, then the socket closes. */
@@ -98,6 +107,10 @@ export function createStatsd(settings: StatsdSettings, options: StatsdOptions): 
   const packetBytes = settings.protocol === 'udp' ? 1_432 : 8_192;
   /** The response times since the last flush, one line each, as the reference sends them. */
   let timings: string[] = [];
+  let readLocalCache: (() => LocalCacheStats) | undefined;
+  const localCacheNames = LOCAL_CACHE_GAUGES.map(
+    (gauge) => [gauge, name(`ratelimit.localcache.${gauge}`)] as const,
+  );
 
   const add = (stat: string, value: number) => {
     if (value > 0) pending.set(stat, (pending.get(stat) ?? 0) + value);
@@ -183,9 +196,16 @@ export function createStatsd(settings: StatsdSettings, options: StatsdOptions): 
     configLoad(ok) {
       add(ok ? names.configLoadSuccess : names.configLoadError, 1);
     },
+    localCache(read) {
+      readLocalCache = read;
+    },
     flush() {
       const lines = timings;
       for (const [stat, value] of pending) lines.push(`${stat}:${value}|c`);
+      if (readLocalCache !== undefined) {
+        const stats = readLocalCache();
+        for (const [gauge, stat] of localCacheNames) lines.push(`${stat}:${stats[gauge]}|g`);
+      }
       pending.clear();
       timings = [];
       // Stats the socket cannot take now are dropped, as the reference's stats library drops

@@ -230,3 +230,51 @@ describe('statsd over tcp, when the server restarts', () => {
     }
   });
 });
+
+describe("the reference's local cache, over statsd", () => {
+  it('sends its eight gauges under ratelimit.localcache, every flush', async () => {
+    listener = await udpListener();
+    tollgate = await startTollgate({
+      rules: RULES,
+      env: {
+        USE_STATSD: 'true',
+        STATSD_HOST: '127.0.0.1',
+        STATSD_PORT: String(listener.port),
+        STATSD_PROTOCOL: 'udp',
+        STATS_FLUSH_INTERVAL: '100ms',
+        COMPAT_MODE: 'reference',
+        LOCAL_CACHE_SIZE_IN_BYTES: '1048576',
+      },
+    });
+    // 2 a minute: two pass, the third goes over and is remembered, the fourth is answered by
+    // the cache.
+    for (let i = 0; i < 4; i++)
+      await tollgate.check({ domain: 'web', descriptors: [d('user', 'u')] });
+    const l = listener;
+    const latest = (gauge: string) => {
+      const lines = l.lines.filter((line) => line.startsWith(`ratelimit.localcache.${gauge}:`));
+      return lines.at(-1)?.replace(/^[^:]+:/, '');
+    };
+    await eventually(async () => latest('hitCount') === '1|g');
+    expect({
+      hitCount: latest('hitCount'),
+      missCount: latest('missCount'),
+      lookupCount: latest('lookupCount'),
+      entryCount: latest('entryCount'),
+      evacuateCount: latest('evacuateCount'),
+      expiredCount: latest('expiredCount'),
+      overwriteCount: latest('overwriteCount'),
+    }).toEqual({
+      hitCount: '1|g',
+      missCount: '3|g',
+      lookupCount: '4|g',
+      entryCount: '1|g',
+      evacuateCount: '0|g',
+      expiredCount: '0|g',
+      overwriteCount: '0|g',
+    });
+    // A last access, in Unix seconds.
+    const accessed = Number(latest('averageAccessTime')?.replace('|g', ''));
+    expect(Math.abs(accessed - Date.now() / 1000)).toBeLessThan(60);
+  });
+});

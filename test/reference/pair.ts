@@ -29,6 +29,8 @@ export interface Pair {
   readonly compared: number;
   /** Both services' per-rule statistics, as their Prometheus endpoints give them. */
   stats(): Promise<{ reference: RuleStats; tollgate: RuleStats }>;
+  /** Both services' `ratelimit_localcache_*` gauges, by name, as their /metrics give them. */
+  localCache(): Promise<{ reference: RuleStats; tollgate: RuleStats }>;
   /**
    * Every counter's count in each Redis, sorted: the reference's plain keys, tollgate's `c`
    * fields (its health probe's counter left out). The key formats differ; the counts must not.
@@ -102,6 +104,21 @@ export async function startPair(
         fetch(`${tollgate.httpUrl}/metrics`).then((r) => r.text()),
       ]);
       return { reference: ruleStats(ref), tollgate: asReferenceMapsThem(ruleStats(own)) };
+    },
+    async localCache() {
+      await new Promise((resolve) => setTimeout(resolve, 400)); // the reference's flush
+      const gauges = (text: string) =>
+        Object.fromEntries(
+          [...text.matchAll(/^ratelimit_localcache_(\w+) ([0-9.e+]+)$/gm)].map(([, n, v]) => [
+            n as string,
+            Number(v),
+          ]),
+        );
+      const [ref, own] = await Promise.all([
+        fetch(reference.metricsUrl).then((r) => r.text()),
+        fetch(`${tollgate.httpUrl}/metrics`).then((r) => r.text()),
+      ]);
+      return { reference: gauges(ref), tollgate: gauges(own) };
     },
     async counts() {
       const read = async (client: Redis, field: boolean) => {

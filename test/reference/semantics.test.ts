@@ -168,6 +168,13 @@ describe('rule features, against the reference', () => {
       await exercise(pair);
       const { reference, tollgate } = await pair.stats();
       expect(tollgate, `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=${stop}`).toEqual(reference);
+      // The cache's own gauges, the mean access time (Unix seconds) within the run's length.
+      const gauges = await pair.localCache();
+      const { averageAccessTime: theirTime, ...theirs } = gauges.reference;
+      const { averageAccessTime: ourTime, ...ours } = gauges.tollgate;
+      expect(ours, `local cache gauges, STOP=${stop}`).toEqual(theirs);
+      expect(Object.keys(theirs).length).toBe(7);
+      expect(Math.abs((ourTime ?? 0) - (theirTime ?? 0))).toBeLessThanOrEqual(5);
       await pair.stop();
       pair = undefined;
     }
