@@ -213,22 +213,33 @@ describe('the largest valid file', () => {
     const { tollgate, dir } = await start();
     const text = largest();
     const probe = probeCalls(tollgate);
+    const pid = tollgate.child.pid!;
+    const rssBefore = rssMb(pid);
+    let rssPeak = rssBefore;
+    const sampler = setInterval(() => (rssPeak = Math.max(rssPeak, rssMb(pid))), 20);
     replace(join(dir, 'big.yaml'), text);
     const started = performance.now();
-    await eventually(async () => {
-      const response = await callCheck(tollgate.client, {
-        domain: 'big',
-        descriptors: [d('t', 'v00042')],
-      });
-      return response.statuses?.[0]?.current_limit?.requests_per_unit === 142;
-    }, 60_000);
+    try {
+      await eventually(async () => {
+        const response = await callCheck(tollgate.client, {
+          domain: 'big',
+          descriptors: [d('t', 'v00042')],
+        });
+        return response.statuses?.[0]?.current_limit?.requests_per_unit === 142;
+      }, 60_000);
+    } finally {
+      clearInterval(sampler);
+    }
     const loadedMs = performance.now() - started;
     const calls = await probe.stop();
     const rules = text.split('\n  - key').length - 1;
     console.log(
       `[loading] ${rules} rules in ${(text.length / 1024 / 1024).toFixed(2)} MiB, reloaded in ${(loadedMs / 1000).toFixed(1)} s: ` +
-        `slowest of ${calls.calls} calls meanwhile ${calls.slowestMs.toFixed(0)} ms`,
+        `slowest of ${calls.calls} calls meanwhile ${calls.slowestMs.toFixed(0)} ms; ` +
+        `RSS ${Math.round(rssBefore)} → peak ${Math.round(rssPeak)} MB, the loader's thread included`,
     );
+    // The chart limits the pod to 768 Mi; the service and its loader together stay under 512.
+    expect(rssPeak).toBeLessThan(512);
     expect(calls.failed).toBe(0);
     // About 100 ms at most; the margin is for a loaded machine.
     expect(calls.slowestMs).toBeLessThan(300);
