@@ -5,8 +5,8 @@
  * TCP connects at once and, whenever the connection fails or closes, again after a backoff that
  * doubles from 100 ms to at most 2 s, so that a server that restarts, starts late or was
  * unreachable gets lines again within about 2 s of accepting. (hot-shots, used before, reconnected
- * once and then never again when that attempt failed.) While there is no connection, packets are
- * dropped, not queued. A server that stops reading holds at most MAX_BACKLOG_BYTES in the
+ * once and then never again when that attempt failed.) While a connection is being made, packets
+ * wait in its socket; while there is none (between attempts), they are dropped, not queued. A server that stops reading holds at most MAX_BACKLOG_BYTES in the
  * socket; past that, packets are dropped until it reads again, and a connection that moved no
  * byte for STALL_MS while packets waited is replaced.
  *
@@ -95,7 +95,9 @@ function open(state: TcpState): void {
 
 function sendTcp(state: TcpState, packet: string): boolean {
   const { socket } = state;
-  if (socket === undefined || !state.connected || state.closed) return false;
+  // While it connects, the socket holds what is written (within the same bound) and sends it
+  // once connected: the first flush after start-up is not lost to a slow connect.
+  if (socket === undefined || state.closed) return false;
   if (socket.writableLength > 0 && stalled(state, socket)) return false;
   if (socket.writableLength + packet.length + 1 > MAX_BACKLOG_BYTES) return false;
   socket.write(`${packet}\n`);

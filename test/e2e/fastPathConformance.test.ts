@@ -436,11 +436,20 @@ describe('the fast path answers as grpc-js does', () => {
   describe('random frames and headers', () => {
     it('every sequence gets the same answer from both paths', async () => {
       await fc.assert(
-        fc.asyncProperty(rawCalls, async (call) => {
+        fc.asyncProperty(rawCalls, async ({ call, racy }) => {
           const { fast, grpcJs } = await pair.send(call);
-          expect(fast).toEqual(grpcJs);
           // Every call is answered: a status, or HTTP 415.
           expect(grpcStatus(fast) ?? fast.headers?.[':status']).toBeDefined();
+          if (!racy) {
+            expect(fast).toEqual(grpcJs);
+            return;
+          }
+          // grpc-js inflates the messages of one call side by side and answers the first
+          // failure to settle, so which of two errors it sends depends on zlib's timing; the
+          // fast path takes them in order (see docs/grpc.md). Both must refuse the call.
+          expect(fast.headers?.[':status']).toBe(grpcJs.headers?.[':status']);
+          expect(grpcStatus(fast)).not.toBe('0');
+          expect(grpcStatus(grpcJs)).not.toBe('0');
         }),
         { numRuns: 150 },
       );
@@ -506,7 +515,8 @@ const headers = fc.record({
   'x-tenant-id': optional(fc.constantFrom('acme', 'beta')),
   'x-blob-bin': optional(fc.constant('AAEC/w==')),
 });
-const rawCalls: fc.Arbitrary<RawCall> = fc
+/** A call, and whether grpc-js would inflate two of its messages at once (see above). */
+const rawCalls: fc.Arbitrary<{ call: RawCall; racy: boolean }> = fc
   .record({
     headers,
     frames: fc.array(frame, { maxLength: 3 }),
@@ -529,5 +539,7 @@ const rawCalls: fc.Arbitrary<RawCall> = fc
       if (value !== undefined) set[name] = value;
       else if (name === 'content-type' || name === 'te') omit.push(name);
     }
-    return { headers: set, omit, chunks };
+    const inflating = given['grpc-encoding'] === 'gzip' || given['grpc-encoding'] === 'deflate';
+    const flagged = frames.filter((f) => f[0] === 1).length;
+    return { call: { headers: set, omit, chunks }, racy: inflating && flagged >= 2 };
   });
