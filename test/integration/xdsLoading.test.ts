@@ -121,6 +121,42 @@ describe('large updates over xDS, to the built service', () => {
     expect(loads.error).toBe(1);
   }, 120_000);
 
+  it('refuses the same 4 MB update from a server that sends it pre-built, with no call waiting long', async () => {
+    // The server only writes bytes it built once: what the checks wait on is tollgate's work.
+    const server = await startAdsFlood({ perSecond: 0 });
+    cleanup.push(() => server.close());
+    const tollgate = await spawnTollgate('unused: true', xdsEnv({ address: server.address }, NODE));
+    cleanup.push(() => tollgate.stop());
+    await eventually(async () => server.acks.includes('v0'));
+    const pid = tollgate.child.pid!;
+    const rssBefore = rssMb(pid);
+    let rssPeak = rssBefore;
+    const sampler = setInterval(() => (rssPeak = Math.max(rssPeak, rssMb(pid))), 20);
+    const probe = probeCalls(tollgate);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const sent = performance.now();
+    server.bomb();
+    try {
+      // A NACK names the version still in force, v0.
+      await eventually(async () => server.nacks.length > 0, 30_000);
+    } finally {
+      clearInterval(sampler);
+    }
+    const refusedMs = performance.now() - sent;
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const { slowestMs, calls, failed } = await probe.stop();
+    console.log(
+      `[xds] a pre-built 4 MB metadata update refused in ${Math.round(refusedMs)} ms; ` +
+        `RSS ${Math.round(rssBefore)} → peak ${Math.round(rssPeak)} MB; ` +
+        `slowest of ${calls} calls meanwhile ${Math.round(slowestMs)} ms, ${failed} failed`,
+    );
+    expect(server.nackMessages.at(-1)).toMatch(/descriptor metadata holds more than 100000 values/);
+    expect(failed).toBe(0);
+    // 100 ms on a quiet machine (docs/reliability.md); the margin is for a busy one.
+    expect(slowestMs).toBeLessThan(400);
+    expect(rssPeak - rssBefore).toBeLessThan(150);
+  }, 60_000);
+
   it('keeps answering checks while a management server floods it with updates', async () => {
     const flood = await startAdsFlood({ perSecond: 5_000 });
     cleanup.push(() => flood.close());

@@ -9,10 +9,13 @@ import { fileURLToPath } from 'node:url';
  */
 export interface AdsFlood {
   address: string;
-  /** Versions the client ACKed and NACKed, in order. */
+  /** Versions the client ACKed and NACKed, in order, and each NACK's reason. */
   acks: string[];
   nacks: string[];
+  nackMessages: string[];
   flood(on: boolean): void;
+  /** Sends one update of 4 MB: a million nested empty lists in a descriptor's metadata. */
+  bomb(): void;
   /** Updates written so far, the last version, and the limit it sets. */
   sent(): Promise<{ count: number; last: string; limit: number }>;
   close(): Promise<void>;
@@ -20,7 +23,7 @@ export interface AdsFlood {
 
 type FloodEvent =
   | { event: 'listening'; port: number }
-  | { event: 'ack' | 'nack'; version: string }
+  | { event: 'ack' | 'nack'; version: string; message?: string }
   | { event: 'sent'; count: number; last: string; limit: number };
 
 const script = fileURLToPath(new URL('./adsFloodServer.mjs', import.meta.url));
@@ -31,6 +34,7 @@ export async function startAdsFlood(options: { perSecond: number }): Promise<Ads
   });
   const acks: string[] = [];
   const nacks: string[] = [];
+  const nackMessages: string[] = [];
   let onSent: ((event: Extract<FloodEvent, { event: 'sent' }>) => void) | undefined;
   const port = await new Promise<number>((resolve, reject) => {
     child.once('exit', (code) => reject(new Error(`the flood server exited (${code})`)));
@@ -38,14 +42,18 @@ export async function startAdsFlood(options: { perSecond: number }): Promise<Ads
       const event = JSON.parse(line) as FloodEvent;
       if (event.event === 'listening') resolve(event.port);
       else if (event.event === 'ack') acks.push(event.version);
-      else if (event.event === 'nack') nacks.push(event.version);
-      else if (event.event === 'sent') onSent?.(event);
+      else if (event.event === 'nack') {
+        nacks.push(event.version);
+        nackMessages.push(event.message ?? '');
+      } else if (event.event === 'sent') onSent?.(event);
     });
   });
   return {
     address: `127.0.0.1:${port}`,
     acks,
     nacks,
+    nackMessages,
+    bomb: () => child.stdin!.write('bomb\n'),
     flood: (on) => child.stdin!.write(on ? 'flood on\n' : 'flood off\n'),
     sent: () =>
       new Promise((resolve) => {

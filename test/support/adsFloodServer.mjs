@@ -1,8 +1,9 @@
 // A hostile xDS management server, in a process of its own so that its work does not slow the
 // test's own callers: on every ADS stream it sends valid RateLimitConfig updates, a new version
 // of one domain's rules each, at the rate given as its argument, without waiting for ACKs.
-// Commands on standard input, one a line: `flood on`, `flood off`, `sent`. Events on standard
-// output, one JSON object a line: listening, ack, nack, sent.
+// Commands on standard input, one a line: `flood on`, `flood off`, `sent`, and `bomb`, which
+// sends one update of 4 MB whose descriptor metadata is a million nested empty lists. Events on
+// standard output, one JSON object a line: listening, ack, nack (with its message), sent.
 import { Buffer } from 'node:buffer';
 import { createInterface } from 'node:readline';
 import { setInterval } from 'node:timers';
@@ -55,7 +56,11 @@ server.addService(definition['envoy.service.discovery.v3.AggregatedDiscoveryServ
     streams.add(call);
     call.on('data', (request) => {
       if (!request.response_nonce) return;
-      emit({ event: request.error_detail ? 'nack' : 'ack', version: request.version_info ?? '' });
+      emit({
+        event: request.error_detail ? 'nack' : 'ack',
+        version: request.version_info ?? '',
+        ...(request.error_detail ? { message: request.error_detail.message } : {}),
+      });
     });
     call.on('error', () => streams.delete(call));
     call.on('end', () => {
@@ -77,7 +82,36 @@ setInterval(() => {
   for (const call of streams) for (let i = 0; i < perTick; i++) call.write(update(count++));
 }, 10);
 
+/** RateLimitConfig 'bomb': one descriptor whose metadata lists 1,000,000 empty lists. */
+function bomb() {
+  const field = (tag, bytes) =>
+    Buffer.from(
+      protobuf.Writer.create()
+        .uint32((tag << 3) | 2)
+        .bytes(bytes)
+        .finish(),
+    );
+  const item = Buffer.from([0x0a, 0x02, 0x32, 0x00]); // ListValue.values: Value{list_value: {}}
+  const lists = Buffer.alloc(item.length * 1_000_000);
+  for (let at = 0; at < lists.length; at += item.length) item.copy(lists, at);
+  const entry = Buffer.concat([field(1, Buffer.from('lists')), field(2, field(6, lists))]);
+  const descriptor = Buffer.concat([field(1, Buffer.from('tenant')), field(8, field(1, entry))]);
+  const value = Buffer.concat([
+    field(1, Buffer.from('bomb')),
+    field(2, Buffer.from('api')),
+    field(3, descriptor),
+  ]);
+  const n = count++;
+  return {
+    version_info: `v${n}`,
+    type_url: TYPE,
+    nonce: String(n),
+    resources: [{ type_url: TYPE, value }],
+  };
+}
+
 createInterface({ input: process.stdin }).on('line', (line) => {
+  if (line === 'bomb') for (const call of streams) call.write(bomb());
   if (line === 'flood on') flooding = true;
   else if (line === 'flood off') flooding = false;
   else if (line === 'sent')
