@@ -91,6 +91,17 @@ afterEach(async () => {
 
 const TAGS = '.__env=test.__region=eu_1';
 
+/** USE_STATSD to a listener on 127.0.0.1, flushed every 100 ms. */
+function statsdTo(port: number, protocol: 'tcp' | 'udp'): Record<string, string> {
+  return {
+    USE_STATSD: 'true',
+    STATSD_HOST: '127.0.0.1',
+    STATSD_PORT: String(port),
+    STATSD_PROTOCOL: protocol,
+    STATS_FLUSH_INTERVAL: '100ms',
+  };
+}
+
 describe.each([
   ['tcp', tcpListener],
   ['udp', udpListener],
@@ -190,15 +201,7 @@ describe('statsd over tcp, when the server restarts', () => {
   it('sends again within 5 s of its return, and counts the flushes lost meanwhile', async () => {
     const first = await tcpListener();
     const port = first.port;
-    tollgate = await startTollgate({
-      rules: RULES,
-      env: {
-        USE_STATSD: 'true',
-        STATSD_HOST: '127.0.0.1',
-        STATSD_PORT: String(port),
-        STATS_FLUSH_INTERVAL: '100ms',
-      },
-    });
+    tollgate = await startTollgate({ rules: RULES, env: statsdTo(port, 'tcp') });
     const running = tollgate;
     let stop = false;
     const traffic = (async () => {
@@ -237,11 +240,7 @@ describe("the reference's local cache, over statsd", () => {
     tollgate = await startTollgate({
       rules: RULES,
       env: {
-        USE_STATSD: 'true',
-        STATSD_HOST: '127.0.0.1',
-        STATSD_PORT: String(listener.port),
-        STATSD_PROTOCOL: 'udp',
-        STATS_FLUSH_INTERVAL: '100ms',
+        ...statsdTo(listener.port, 'udp'),
         COMPAT_MODE: 'reference',
         LOCAL_CACHE_SIZE_IN_BYTES: '1048576',
       },

@@ -118,58 +118,67 @@ async function nextLine(target: Listener, timeoutMs = 5_000): Promise<number> {
   return Date.now() - started;
 }
 
+type Listen = (port: number) => Listener;
+type Create = (options: {
+  host: string;
+  port: number;
+  onError(error: Error): void;
+}) => StatsdTransport;
+
+/**
+ * A transport to a listener on a free port (started first unless `late`), sending a line every
+ * 20 ms while `body` runs.
+ */
+async function whileSending(
+  listen: Listen,
+  create: Create,
+  late: boolean,
+  body: (server: Listener) => Promise<void>,
+): Promise<void> {
+  const port = await freePort();
+  listener = listen(port);
+  if (!late) await listener.start();
+  transport = create({ host: '127.0.0.1', port, onError: () => undefined });
+  const sender = sendEvery20ms(transport);
+  try {
+    await body(listener);
+  } finally {
+    sender.stop();
+  }
+}
+
 describe.each([
   ['tcp', tcpListener, createTcpTransport],
   ['udp', udpListener, createUdpTransport],
 ] as const)('statsd over %s', (_protocol, listen, create) => {
   it('sends once a server that started late is up, within 5 s', async () => {
-    const port = await freePort();
-    listener = listen(port);
-    transport = create({ host: '127.0.0.1', port, onError: () => undefined });
-    const sender = sendEvery20ms(transport);
-    try {
+    await whileSending(listen, create, true, async (server) => {
       await sleep(1_500); // refused, and refused again, before the server exists
-      await listener.start();
-      expect(await nextLine(listener)).toBeLessThan(5_000);
-    } finally {
-      sender.stop();
-    }
+      await server.start();
+      expect(await nextLine(server)).toBeLessThan(5_000);
+    });
   });
 
   it('sends again after the server restarts, within 5 s, each time', async () => {
-    const port = await freePort();
-    listener = listen(port);
-    await listener.start();
-    transport = create({ host: '127.0.0.1', port, onError: () => undefined });
-    const sender = sendEvery20ms(transport);
-    try {
-      await nextLine(listener);
+    await whileSending(listen, create, false, async (server) => {
+      await nextLine(server);
       for (let restart = 0; restart < 3; restart++) {
-        await listener.stop();
+        await server.stop();
         await sleep(1_000 + restart * 1_000); // down for 1, 2, then 3 s
-        await listener.start();
-        expect(await nextLine(listener)).toBeLessThan(5_000);
+        await server.start();
+        expect(await nextLine(server)).toBeLessThan(5_000);
       }
-    } finally {
-      sender.stop();
-    }
+    });
   });
 
   it('sends again when a server that stopped reading reads again', async () => {
-    const port = await freePort();
-    listener = listen(port);
-    await listener.start();
-    transport = create({ host: '127.0.0.1', port, onError: () => undefined });
-    const sender = sendEvery20ms(transport);
-    try {
-      await nextLine(listener);
-      listener.pause();
+    await whileSending(listen, create, false, async (server) => {
+      await nextLine(server);
+      server.pause();
       await sleep(1_000);
-      listener.resume();
-      expect(await nextLine(listener)).toBeLessThan(5_000);
-    } finally {
-      sender.stop();
-    }
+      server.resume();
+      expect(await nextLine(server)).toBeLessThan(5_000);
+    });
   });
 });
 
