@@ -373,11 +373,8 @@ export function createService(options: ServiceOptions): Service {
         onApplied: (next, version) => {
           const first = rules === undefined;
           const shown = shortVersion(version);
-          const dropped =
-            rules === undefined
-              ? []
-              : [...rules.domains.keys()].filter((d) => !next.domains.has(d));
           if (next.domains.size === 0) {
+            const dropped = [...(rules?.domains.keys() ?? [])];
             logger.warn(
               { version: shown, droppedDomains: dropped.length, dropped: dropped.slice(0, 20) },
               'xds update has no rules: every domain is unlimited until the next one',

@@ -226,8 +226,8 @@ export function createStatsd(settings: StatsdSettings, options: StatsdOptions): 
     async close() {
       clearInterval(timer);
       statsd.flush();
-      // The transport waits at most a second: a server that never answered must not hold the
-      // shutdown.
+      // The transport waits at most half a second: a server that never answered must not hold
+      // the shutdown.
       await transport.close();
     },
   };

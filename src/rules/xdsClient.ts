@@ -196,8 +196,7 @@ export function startXdsClient(options: XdsClientOptions): XdsClient {
       clearTimeout(repeatTimer);
       const refusal = refused.get(print);
       if (refusal !== undefined) {
-        const error = refusal;
-        repeatTimer = setTimeout(() => answer(from, response, error), REPEAT_NACK_DELAY_MS);
+        repeatTimer = setTimeout(() => answer(from, response, refusal), REPEAT_NACK_DELAY_MS);
         repeatTimer.unref();
         continue;
       }

@@ -7,23 +7,16 @@
 import { Buffer } from 'node:buffer';
 import { createInterface } from 'node:readline';
 import { setInterval } from 'node:timers';
-import { fileURLToPath, URL } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import protobuf from 'protobufjs';
+// The service's own proto setup, from its build (the tests build it before they run).
+import { loaderOptions, protoDir } from '../../dist/grpc/protos.js';
+import { RATE_LIMIT_CONFIG_TYPE as TYPE } from '../../dist/rules/xdsRules.js';
 
-const protoDir = fileURLToPath(new URL('../../proto/', import.meta.url));
-const TYPE = 'type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig';
 const perSecond = Number(process.argv[2] ?? 5000);
 
-const definition = protoLoader.loadSync('envoy/service/discovery/v3/ads.proto', {
-  keepCase: true,
-  longs: String,
-  enums: String,
-  defaults: false,
-  oneofs: true,
-  includeDirs: [protoDir],
-});
+const definition = protoLoader.loadSync('envoy/service/discovery/v3/ads.proto', loaderOptions);
 const root = new protobuf.Root();
 root.resolvePath = (_origin, target) => `${protoDir}${target}`;
 root.loadSync('ratelimit/config/ratelimit/v3/rls_conf.proto', { keepCase: true });
