@@ -1,7 +1,6 @@
 import http2 from 'node:http2';
 import { createServer, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freePort } from '../support/ports.js';
 import { spawnTollgate } from '../support/processes.js';
 import { startRedisCluster, type TestCluster } from '../support/redisCluster.js';
 import { startRedis, type TestRedis } from '../support/redis.js';
@@ -20,6 +19,11 @@ descriptors:
     rate_limit: { unit: minute, requests_per_unit: 100 }
 `;
 const EXIT_MS = 2_000;
+/**
+ * Where nothing listens: port 1 on the loopback. A free port picked now could be taken by the
+ * next process to ask for one (the service's own, or another suite's), and then something would.
+ */
+const NOTHING = '127.0.0.1:1';
 
 let redis: TestRedis;
 let cluster: TestCluster;
@@ -104,7 +108,7 @@ const configurations: [string, () => Promise<Record<string, string>>][] = [
     async () => ({
       USE_STATSD: 'true',
       STATSD_HOST: '127.0.0.1',
-      STATSD_PORT: String(await freePort()),
+      STATSD_PORT: '1',
       STATS_FLUSH_INTERVAL: '50ms',
     }),
   ],
@@ -115,7 +119,7 @@ const configurations: [string, () => Promise<Record<string, string>>][] = [
   [
     'tracing over gRPC to no collector',
     async () => ({
-      OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${await freePort()}`,
+      OTEL_EXPORTER_OTLP_ENDPOINT: `http://${NOTHING}`,
       OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc',
     }),
   ],
@@ -123,7 +127,7 @@ const configurations: [string, () => Promise<Record<string, string>>][] = [
     'xDS, its server gone',
     async () => ({
       CONFIG_TYPE: 'GRPC_XDS_SOTW',
-      CONFIG_GRPC_XDS_SERVER_URL: `127.0.0.1:${await freePort()}`,
+      CONFIG_GRPC_XDS_SERVER_URL: NOTHING,
       FORCE_START_WITHOUT_INITIAL_CONFIG: 'true',
     }),
   ],
