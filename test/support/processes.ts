@@ -32,10 +32,28 @@ export interface SpawnOptions {
   entry?: string[];
 }
 
+/**
+ * Another suite running beside this one may take the same free port a moment earlier: then the
+ * service says its port is in use, and it is started again on other ports.
+ */
 export async function spawnTollgate(
   rules: string,
   env: Record<string, string>,
   options: SpawnOptions = {},
+): Promise<TollgateProcess> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await spawnOnFreePorts(rules, env, options);
+    } catch (error) {
+      if (attempt >= 5 || !/is in use by another process/.test(String(error))) throw error;
+    }
+  }
+}
+
+async function spawnOnFreePorts(
+  rules: string,
+  env: Record<string, string>,
+  options: SpawnOptions,
 ): Promise<TollgateProcess> {
   const port = await freePort();
   const httpPort = await freePort();
