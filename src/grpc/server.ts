@@ -13,6 +13,7 @@ import {
   type ResponseHeader,
 } from './codec.js';
 import { createFastPath, SHOULD_RATE_LIMIT_PATH } from './fastPath.js';
+import { createConnectionTracker } from './drain.js';
 import { createGuard, type GuardOptions } from './guard.js';
 import { dispatchStreams, type StreamHandler } from './http2Dispatch.js';
 import { encodeResponseFrame } from './responseFrame.js';
@@ -108,17 +109,17 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
       }),
     );
   }
-  if (guard || handlers.size > 0) {
-    dispatchStreams(server, {
-      handlers,
-      onGrpcJsStream: guard?.watch,
-      configure: (http2Server) => {
-        guard?.configure(http2Server);
-        // Replies are small and go at once: Nagle's delay would only hold them back.
-        http2Server.on('connection', noDelay);
-      },
-    });
-  }
+  const connections = createConnectionTracker();
+  dispatchStreams(server, {
+    handlers,
+    onGrpcJsStream: guard?.watch,
+    configure: (http2Server) => {
+      guard?.configure(http2Server);
+      connections.track(http2Server);
+      // Replies are small and go at once: Nagle's delay would only hold them back.
+      http2Server.on('connection', noDelay);
+    },
+  });
   const health = new HealthImplementation();
   const setServing = (serving: boolean): void => {
     for (const name of healthServices) health.setStatus(name, serving ? 'SERVING' : 'NOT_SERVING');
@@ -192,6 +193,7 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
         setServing(false);
         const done = () => {
           clearTimeout(timer);
+          stopWaiting();
           guard?.close();
           resolve();
         };
@@ -199,6 +201,11 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
           server.forceShutdown();
           done();
         }, graceMs);
+        // grpc-js may wait for a connection that is already gone (see drain.ts).
+        const stopWaiting = connections.whenDrained(() => {
+          server.forceShutdown();
+          done();
+        });
         server.tryShutdown(done);
       }),
   };
