@@ -185,8 +185,13 @@ export function createService(options: ServiceOptions): Service {
         ? { stop: settings.stopIncrementWhenOverLimit }
         : undefined,
     wholeSecondResets: settings.compatMode === 'reference',
-    // Off on a cluster: a denial that spans slots refunds what it took, so a count may fall early.
-    overLimitCacheSize: settings.redis?.type === 'cluster' ? 0 : settings.overLimitCacheSize,
+    // The exact cache is off on a cluster: a denial that spans slots refunds what it took, so a
+    // count may fall early. Reference counting never refunds, so compatibility mode's cache stays
+    // on there, as the reference's does.
+    overLimitCacheSize:
+      settings.redis?.type === 'cluster' && settings.compatMode !== 'reference'
+        ? 0
+        : settings.overLimitCacheSize,
     // The clock the store's resets run on: Redis TIME, or this one (CLOCK=local, in-memory store).
     cacheClock: settings.redis && settings.clock === 'redis' ? () => performance.now() : clock,
     observe: (event) => {

@@ -439,6 +439,39 @@ async function createAclUser(name: string, withAsking: boolean) {
   return `${name}:${name}-secret`;
 }
 
+describe('compatibility mode on a cluster', () => {
+  it("answers a key over its limit from the local cache, as the reference's does", async () => {
+    const spawned = await spawnTollgate(
+      `
+domain: compat
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 2}
+`,
+      {
+        REDIS_TYPE: 'cluster',
+        REDIS_URL: cluster.url,
+        COMPAT_MODE: 'reference',
+        LOCAL_CACHE_SIZE_IN_BYTES: '1000',
+      },
+    );
+    try {
+      const request = { domain: 'compat', descriptors: [d('user', `u-${Date.now()}`)] };
+      const answers: string[] = [];
+      for (let i = 0; i < 5; i++) answers.push(codes(await callCheck(spawned.client, request))[0]!);
+      expect(answers).toEqual(['OK', 'OK', 'OVER_LIMIT', 'OVER_LIMIT', 'OVER_LIMIT']);
+      // The third call learnt the key is over; the last two were answered from memory.
+      const metrics = await (await fetch(`${spawned.httpUrl}/metrics`)).text();
+      expect(metrics).toMatch(/^ratelimit_localcache_hitCount 2$/m);
+      expect(metrics).toMatch(
+        /^ratelimit_service_rate_limit_over_limit_with_local_cache\{[^}]*\} 2$/m,
+      );
+    } finally {
+      await spawned.stop();
+    }
+  });
+});
+
 describe('faults under load', () => {
   const LIMIT = 300;
   const requestOf = (tenant: string) => ({
