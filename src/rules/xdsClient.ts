@@ -33,8 +33,13 @@ const INVALID_ARGUMENT = 3;
  * so that the two do not spin.
  */
 const REPEAT_NACK_DELAY_MS = 1_000;
-/** The least time between the end of one load and the start of the next. */
-const LOAD_GAP_MS = 100;
+/**
+ * The least time between the end of one load and the start of the next. It doubles, from the
+ * first to the last, with each update that arrives before the gap has passed, and is back to the
+ * first once one arrives after it: a server that sends update after update gets fewer loads the
+ * longer it goes on.
+ */
+const LOAD_GAP_MS = { first: 100, last: 1_000 } as const;
 /** Refused contents remembered, so that none of them is loaded again while it is. */
 const REFUSED_REMEMBERED = 16;
 /** A NACK's reason is cut to this many characters: the server's messages are bounded too. */
@@ -151,6 +156,8 @@ export function startXdsClient(options: XdsClientOptions): XdsClient {
    */
   let pending: { stream: AdsStream; bytes: Buffer } | undefined;
   let loading = false;
+  let gapMs: number = LOAD_GAP_MS.first;
+  let lastLoadEnded = -Infinity;
   /**
    * The last REFUSED_REMEMBERED contents refused, oldest first, and why: any of them again is
    * refused without loading, even when a server alternates between several.
@@ -176,57 +183,69 @@ export function startXdsClient(options: XdsClientOptions): XdsClient {
     });
   };
 
+  /** Decodes one response and loads it, or answers it from memory when it was refused before. */
+  const handle = async (from: AdsStream, bytes: Buffer): Promise<void> => {
+    let response: DiscoveryResponse;
+    try {
+      response = decode(bytes);
+    } catch (error) {
+      const reason = new Error(`not a DiscoveryResponse: ${(error as Error).message}`);
+      options.onRejected(reason, '');
+      answer(from, {}, reason);
+      return;
+    }
+    const version = response.version_info ?? '';
+    const print = fingerprint(response);
+    clearTimeout(repeatTimer);
+    const refusal = refused.get(print);
+    if (refusal !== undefined) {
+      repeatTimer = setTimeout(() => answer(from, response, refusal), REPEAT_NACK_DELAY_MS);
+      repeatTimer.unref();
+      return;
+    }
+    try {
+      if (response.type_url !== RATE_LIMIT_CONFIG_TYPE) {
+        throw new Error(
+          `type '${response.type_url ?? ''}' is not ${RATE_LIMIT_CONFIG_TYPE}, the only one asked for`,
+        );
+      }
+      const rules = await options.load({
+        kind: 'xds',
+        version,
+        resources: response.resources ?? [],
+      });
+      if (closed) return;
+      applied = version;
+      options.onApplied(rules, version);
+      answer(from, response);
+    } catch (error) {
+      if (closed) return;
+      const reason = error instanceof Error ? error : new Error(String(error));
+      refused.set(print, reason);
+      if (refused.size > REFUSED_REMEMBERED) refused.delete(refused.keys().next().value as string);
+      options.onRejected(reason, version);
+      answer(from, response, reason);
+    }
+  };
+
   const loadNext = async (): Promise<void> => {
     if (loading) return;
     loading = true;
     while (pending !== undefined && !closed) {
+      // Loading never takes much of the serving thread's time, nor of the loader's core, from
+      // calls: the next response waits out the gap.
+      const waitMs = lastLoadEnded + gapMs - performance.now();
+      if (waitMs > 0) {
+        await new Promise((resolve) => setTimeout(resolve, waitMs));
+        gapMs = Math.min(gapMs * 2, LOAD_GAP_MS.last);
+        if (pending === undefined || closed) break;
+      } else {
+        gapMs = LOAD_GAP_MS.first;
+      }
       const { stream: from, bytes } = pending;
       pending = undefined;
-      let response: DiscoveryResponse;
-      try {
-        response = decode(bytes);
-      } catch (error) {
-        const reason = new Error(`not a DiscoveryResponse: ${(error as Error).message}`);
-        options.onRejected(reason, '');
-        answer(from, {}, reason);
-        continue;
-      }
-      const version = response.version_info ?? '';
-      const print = fingerprint(response);
-      clearTimeout(repeatTimer);
-      const refusal = refused.get(print);
-      if (refusal !== undefined) {
-        repeatTimer = setTimeout(() => answer(from, response, refusal), REPEAT_NACK_DELAY_MS);
-        repeatTimer.unref();
-        continue;
-      }
-      try {
-        if (response.type_url !== RATE_LIMIT_CONFIG_TYPE) {
-          throw new Error(
-            `type '${response.type_url ?? ''}' is not ${RATE_LIMIT_CONFIG_TYPE}, the only one asked for`,
-          );
-        }
-        const rules = await options.load({
-          kind: 'xds',
-          version,
-          resources: response.resources ?? [],
-        });
-        if (closed) break;
-        applied = version;
-        options.onApplied(rules, version);
-        answer(from, response);
-      } catch (error) {
-        if (closed) break;
-        const reason = error instanceof Error ? error : new Error(String(error));
-        refused.set(print, reason);
-        if (refused.size > REFUSED_REMEMBERED)
-          refused.delete(refused.keys().next().value as string);
-        options.onRejected(reason, version);
-        answer(from, response, reason);
-      }
-      // A server sending update after update gets the latest loaded every LOAD_GAP_MS at most,
-      // so that loading never takes the serving thread's time from calls for long.
-      if (pending !== undefined) await new Promise((resolve) => setTimeout(resolve, LOAD_GAP_MS));
+      await handle(from, bytes);
+      lastLoadEnded = performance.now();
     }
     loading = false;
   };
