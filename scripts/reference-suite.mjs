@@ -342,7 +342,8 @@ for (const [test, { action, seconds }] of results) {
     console.log(failure);
   }
 }
-if (code !== 0 && packageOutput.trim() !== '') console.log(packageOutput.split('\n').slice(-60).join('\n'));
+if (code !== 0 && packageOutput.trim() !== '')
+  console.log(packageOutput.split('\n').slice(-60).join('\n'));
 const stops = existsSync(runs)
   ? readFileSync(runs, 'utf8')
       .trim()
