@@ -374,7 +374,17 @@ export function createService(options: ServiceOptions): Service {
       xdsClient = startXdsClient({
         settings: settingsXds,
         version: PACKAGE_VERSION,
-        load: (source) => loader.load(source, loadOptions),
+        load: async (source) => {
+          const next = await loader.load(source, loadOptions);
+          const inForceDomains = rules?.domains.size ?? 0;
+          if (settingsXds.refuseEmptyUpdate && next.domains.size === 0 && inForceDomains > 0) {
+            throw new Error(
+              `the update has no rules, and would remove all ${inForceDomains} domains in force ` +
+                '(XDS_REFUSE_EMPTY_UPDATE=true refuses it)',
+            );
+          }
+          return next;
+        },
         onApplied: (next, version) => {
           const first = rules === undefined;
           const shown = shortVersion(version);

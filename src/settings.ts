@@ -181,6 +181,8 @@ export interface XdsSettings {
   forceStart: boolean;
   /** With forceStart: health says NOT_SERVING until a configuration is loaded. */
   healthyWithConfigOnly: boolean;
+  /** XDS_REFUSE_EMPTY_UPDATE: NACK an update that would remove every domain in force. */
+  refuseEmptyUpdate: boolean;
 }
 
 export const BUNDLED_RULES = fileURLToPath(new URL('../config/example.yaml', import.meta.url));
@@ -362,6 +364,7 @@ function readXds(env: Env): XdsSettings | undefined {
         : integer(env, 'XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES', 0, 0, 2 ** 31 - 1) || undefined,
     forceStart,
     healthyWithConfigOnly: boolean(env, 'HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED', false),
+    refuseEmptyUpdate: boolean(env, 'XDS_REFUSE_EMPTY_UPDATE', false),
   };
 }
 

@@ -238,6 +238,33 @@ describe('large updates over xDS, to the built service', () => {
     expect(await limitNow(tollgate)).toBeUndefined();
   });
 
+  it('with XDS_REFUSE_EMPTY_UPDATE=true, refuses an update with no rules, and keeps its own', async () => {
+    const server = await startXdsServer();
+    cleanup.push(() => server.stop());
+    await server.set(NODE, 'v1', [config(100)]);
+    const tollgate = await spawnTollgate(
+      'unused: true',
+      { ...xdsEnv(server, NODE), XDS_REFUSE_EMPTY_UPDATE: 'true' },
+      { captureStdout: true },
+    );
+    cleanup.push(() => tollgate.stop());
+    await server.waitFor(acked('v1'));
+    await server.set(NODE, 'empty-2', []);
+    const nack = await server.waitFor(
+      (e) => isRequest(e) && e.kind === 'nack' && e.responseNonce !== '',
+    );
+    expect(isRequest(nack) && nack.errorDetail?.message).toBe(
+      'the update has no rules, and would remove all 1 domains in force ' +
+        '(XDS_REFUSE_EMPTY_UPDATE=true refuses it)',
+    );
+    expect(server.events.some(acked('empty-2'))).toBe(false);
+    expect(await limitNow(tollgate)).toBe(100);
+    // An update with rules is taken as ever.
+    await server.set(NODE, 'v3', [config(30)]);
+    await server.waitFor(acked('v3'));
+    expect(await limitNow(tollgate)).toBe(30);
+  });
+
   it('never takes an update over XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES, and keeps its rules', async () => {
     const [server, tollgate] = await setup({ XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: '65536' });
     await server.set(NODE, 'big', [config(50, 5_000)]);
