@@ -226,7 +226,8 @@ describe('the largest valid file', () => {
           descriptors: [d('t', 'v00042')],
         });
         return response.statuses?.[0]?.current_limit?.requests_per_unit === 142;
-      }, 60_000);
+        // 9 to 16 s on a quiet machine; a busy one may take four times that.
+      }, 170_000);
     } finally {
       clearInterval(sampler);
     }
@@ -243,7 +244,7 @@ describe('the largest valid file', () => {
     expect(calls.failed).toBe(0);
     // About 100 ms at most; the margin is for a loaded machine.
     expect(calls.slowestMs).toBeLessThan(300);
-  }, 90_000);
+  }, 200_000);
 });
 
 describe('a file written in two halves', () => {
