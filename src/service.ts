@@ -270,8 +270,12 @@ export function createService(options: ServiceOptions): Service {
   // the service still gives its configured answer and stays SERVING. The reason names the cause.
   let storeProblem: StoreError | undefined;
   let draining = false;
+  // Until both servers listen: a process whose HTTP port turns out to be taken exits, and must
+  // not have said SERVING on its gRPC port a moment before.
+  let listening = false;
   const health = () => {
     if (draining) return { serving: false, reason: 'NOT_SERVING: draining' };
+    if (!listening) return { serving: false, reason: 'NOT_SERVING: starting' };
     if (rules === undefined && xds?.healthyWithConfigOnly) {
       return {
         serving: false,
@@ -458,6 +462,8 @@ export function createService(options: ServiceOptions): Service {
         .catch((error: unknown) => {
           throw listenError('PORT', `${settings.host}:${settings.port}`, error);
         });
+      listening = true;
+      updateHealth();
       const loaded = rules ? countRules(rules) : { domains: 0, rules: 0 };
       logger.info(
         {

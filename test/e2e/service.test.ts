@@ -1,14 +1,20 @@
 import { writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createRateLimitClient } from '../../src/grpc/protos.js';
+import { createService } from '../../src/service.js';
+import { readSettings } from '../../src/settings.js';
+import { freePort } from '../support/ports.js';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   callCheck,
   codes,
   d,
   eventually,
+  healthStatus,
   startTollgate,
+  writeRules,
   type Tollgate,
 } from '../support/tollgate.js';
 
@@ -91,6 +97,35 @@ describe('the HTTP port of the running service', () => {
     expect(after).toMatch(
       /^tollgate_check_duration_seconds_bucket\{le="0.001",outcome="ok"\} \d+$/m,
     );
+  });
+});
+
+describe('start-up', () => {
+  it('says NOT_SERVING on gRPC when its HTTP port turns out to be taken, and fails', async () => {
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const address = taken.address();
+    if (address === null || typeof address === 'string') throw new Error('no port');
+    const grpcPort = await freePort();
+    const service = createService({
+      settings: readSettings({
+        CONFIG_PATH: writeRules(rules(5)),
+        GRPC_HOST: '127.0.0.1',
+        GRPC_PORT: String(grpcPort),
+        HOST: '127.0.0.1',
+        PORT: String(address.port),
+        LOG_LEVEL: 'silent',
+      }),
+      env: {},
+    });
+    try {
+      // The gRPC port was bound first, and stays bound until the process would exit.
+      await expect(service.start()).rejects.toThrow(/PORT: .* is in use/);
+      expect(await healthStatus(`127.0.0.1:${grpcPort}`)).toBe('NOT_SERVING');
+    } finally {
+      await service.stop(0);
+      taken.close();
+    }
   });
 });
 
