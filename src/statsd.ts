@@ -85,14 +85,96 @@ const RULE_STATS = [
 /** One rule key's stat names, built once. */
 type RuleNames = Record<(typeof RULE_STATS)[number][1], string>;
 
-export function createStatsd(settings: StatsdSettings, options: StatsdOptions): Statsd {
-  const tags = serializeTags(settings.extraTags);
-  const name = (stat: string) => `${stat}${tags}`;
-  const pending = new Map<string, number>();
-  const ruleNames = new Map<string, RuleNames>();
-  let detailedNames = 0;
-  let lastError = 0;
+/** Every stat name tollgate sends, with EXTRA_TAGS, each built once. */
+interface StatNames {
+  /** A rule's six names; past the cap of descriptor-valued keys, its domain's overflow names. */
+  rule(rule: RuleOutcome): RuleNames;
+  /** `domain_not_found` of a domain, under the same cap, since clients choose domains. */
+  notFound(domain: string): string;
+  readonly service: Readonly<Record<keyof typeof SERVICE_STATS, string>>;
+  readonly localCache: readonly (readonly [(typeof LOCAL_CACHE_GAUGES)[number], string])[];
+}
 
+const SERVICE_STATS = {
+  configLoadSuccess: 'ratelimit.service.config_load_success',
+  configLoadError: 'ratelimit.service.config_load_error',
+  globalShadowMode: 'ratelimit.service.global_shadow_mode',
+  redisError: 'ratelimit.service.call.should_rate_limit.redis_error',
+  serviceError: 'ratelimit.service.call.should_rate_limit.service_error',
+  totalRequests: 'ratelimit_server.ShouldRateLimit.total_requests',
+  responseTime: 'ratelimit_server.ShouldRateLimit.response_time',
+} as const;
+
+function createStatNames(
+  extraTags: Readonly<Record<string, string>>,
+  maxDetailedSeries: number,
+): StatNames {
+  const tags = serializeTags(extraTags);
+  const name = (stat: string) => `${stat}${tags}`;
+  const ruleNames = new Map<string, RuleNames>();
+  const notFound = new Map<string, string>();
+  let detailedNames = 0;
+
+  function rule(outcome: RuleOutcome): RuleNames {
+    const key = `${statName(outcome.domain)}.${outcome.metricKey.join('.')}`;
+    let known = ruleNames.get(key);
+    if (known !== undefined) return known;
+    if (outcome.detailed) {
+      if (detailedNames >= maxDetailedSeries) {
+        return rule({ ...outcome, metricKey: [OVERFLOW_KEY], detailed: false });
+      }
+      detailedNames++;
+    }
+    const prefix = `ratelimit.service.rate_limit.${key}`;
+    known = Object.fromEntries(
+      RULE_STATS.map(([stat, field]) => [field, name(`${prefix}.${stat}`)]),
+    ) as RuleNames;
+    ruleNames.set(key, known);
+    return known;
+  }
+
+  return {
+    rule,
+    notFound(domain) {
+      let known = notFound.get(domain);
+      if (known !== undefined) return known;
+      if (detailedNames >= maxDetailedSeries) {
+        return name(`ratelimit.service.rate_limit.${OVERFLOW_KEY}.domain_not_found`);
+      }
+      detailedNames++;
+      known = name(`ratelimit.service.rate_limit.${statName(domain)}.domain_not_found`);
+      notFound.set(domain, known);
+      return known;
+    },
+    service: Object.fromEntries(
+      Object.entries(SERVICE_STATS).map(([field, stat]) => [field, name(stat)]),
+    ) as StatNames['service'],
+    localCache: LOCAL_CACHE_GAUGES.map(
+      (gauge) => [gauge, name(`ratelimit.localcache.${gauge}`)] as const,
+    ),
+  };
+}
+
+/** Lines joined by newlines into packets of at most `packetBytes`, a longer line alone. */
+function packets(lines: readonly string[], packetBytes: number): string[] {
+  const out: string[] = [];
+  let packet = '';
+  for (const line of lines) {
+    if (packet !== '' && packet.length + 1 + line.length > packetBytes) {
+      out.push(packet);
+      packet = line;
+    } else {
+      packet = packet === '' ? line : `${packet}\n${line}`;
+    }
+  }
+  if (packet !== '') out.push(packet);
+  return out;
+}
+
+export function createStatsd(settings: StatsdSettings, options: StatsdOptions): Statsd {
+  const names = createStatNames(settings.extraTags, options.maxDetailedSeries);
+  const pending = new Map<string, number>();
+  let lastError = 0;
   const report = (error: Error) => {
     const now = Date.now();
     if (now - lastError < 60_000) return;
@@ -108,53 +190,10 @@ export function createStatsd(settings: StatsdSettings, options: StatsdOptions): 
   /** The response times since the last flush, one line each, as the reference sends them. */
   let timings: string[] = [];
   let readLocalCache: (() => LocalCacheStats) | undefined;
-  const localCacheNames = LOCAL_CACHE_GAUGES.map(
-    (gauge) => [gauge, name(`ratelimit.localcache.${gauge}`)] as const,
-  );
-
   const add = (stat: string, value: number) => {
     if (value > 0) pending.set(stat, (pending.get(stat) ?? 0) + value);
   };
-  const names = {
-    configLoadSuccess: name('ratelimit.service.config_load_success'),
-    configLoadError: name('ratelimit.service.config_load_error'),
-    globalShadowMode: name('ratelimit.service.global_shadow_mode'),
-    redisError: name('ratelimit.service.call.should_rate_limit.redis_error'),
-    serviceError: name('ratelimit.service.call.should_rate_limit.service_error'),
-    totalRequests: name('ratelimit_server.ShouldRateLimit.total_requests'),
-    responseTime: name('ratelimit_server.ShouldRateLimit.response_time'),
-  };
-
-  function namesOf(rule: RuleOutcome): RuleNames {
-    const key = `${statName(rule.domain)}.${rule.metricKey.join('.')}`;
-    let known = ruleNames.get(key);
-    if (known !== undefined) return known;
-    if (rule.detailed) {
-      if (detailedNames >= options.maxDetailedSeries) {
-        return namesOf({ ...rule, metricKey: [OVERFLOW_KEY], detailed: false });
-      }
-      detailedNames++;
-    }
-    const prefix = `ratelimit.service.rate_limit.${key}`;
-    known = Object.fromEntries(
-      RULE_STATS.map(([stat, field]) => [field, name(`${prefix}.${stat}`)]),
-    ) as RuleNames;
-    ruleNames.set(key, known);
-    return known;
-  }
-
-  const notFound = new Map<string, string>();
-  function notFoundName(domain: string): string {
-    let known = notFound.get(domain);
-    if (known !== undefined) return known;
-    if (detailedNames >= options.maxDetailedSeries) {
-      return name(`ratelimit.service.rate_limit.${OVERFLOW_KEY}.domain_not_found`);
-    }
-    detailedNames++;
-    known = name(`ratelimit.service.rate_limit.${statName(domain)}.domain_not_found`);
-    notFound.set(domain, known);
-    return known;
-  }
+  const { service } = names;
 
   const timer = setInterval(() => statsd.flush(), settings.flushIntervalMs);
   timer.unref();
@@ -164,7 +203,7 @@ export function createStatsd(settings: StatsdSettings, options: StatsdOptions): 
       try {
         for (const rule of event.rules) {
           if (!(rule.hits >= 0 && rule.hits <= Number.MAX_SAFE_INTEGER)) continue;
-          const ruleStats = namesOf(rule);
+          const ruleStats = names.rule(rule);
           const split = splitHits(rule);
           add(ruleStats.totalHits, rule.hits);
           add(ruleStats.over, split.over);
@@ -173,28 +212,27 @@ export function createStatsd(settings: StatsdSettings, options: StatsdOptions): 
           add(ruleStats.shadow, split.shadow);
           add(ruleStats.localCache, split.localCache);
         }
-        // Counted per descriptor, as the reference looks each one up. Clients choose domains,
-        // so their names share the cap of descriptor-valued keys.
+        // Counted per descriptor, as the reference looks each one up.
         if (event.unknownDomain)
-          add(notFoundName(event.check.domain), event.check.descriptors.length);
-        if (event.globalShadow) add(names.globalShadowMode, 1);
-        if (event.storeError !== undefined) add(names.redisError, 1);
+          add(names.notFound(event.check.domain), event.check.descriptors.length);
+        if (event.globalShadow) add(service.globalShadowMode, 1);
+        if (event.storeError !== undefined) add(service.redisError, 1);
       } catch {
         // Stats must never fail a check.
       }
     },
     latency(seconds) {
-      add(names.totalRequests, 1);
+      add(service.totalRequests, 1);
       if (seconds >= 0 && Number.isFinite(seconds) && timings.length < MAX_TIMINGS) {
-        timings.push(`${names.responseTime}:${Math.round(seconds * 1_000_000) / 1_000}|ms`);
+        timings.push(`${service.responseTime}:${Math.round(seconds * 1_000_000) / 1_000}|ms`);
       }
     },
     invalidRequest() {
-      add(names.totalRequests, 1);
-      add(names.serviceError, 1);
+      add(service.totalRequests, 1);
+      add(service.serviceError, 1);
     },
     configLoad(ok) {
-      add(ok ? names.configLoadSuccess : names.configLoadError, 1);
+      add(ok ? service.configLoadSuccess : service.configLoadError, 1);
     },
     localCache(read) {
       readLocalCache = read;
@@ -204,23 +242,16 @@ export function createStatsd(settings: StatsdSettings, options: StatsdOptions): 
       for (const [stat, value] of pending) lines.push(`${stat}:${value}|c`);
       if (readLocalCache !== undefined) {
         const stats = readLocalCache();
-        for (const [gauge, stat] of localCacheNames) lines.push(`${stat}:${stats[gauge]}|g`);
+        for (const [gauge, stat] of names.localCache) lines.push(`${stat}:${stats[gauge]}|g`);
       }
       pending.clear();
       timings = [];
       // Stats the socket cannot take now are dropped, as the reference's stats library drops
       // them when its channel is full.
       let dropped = false;
-      let packet = '';
-      for (const line of lines) {
-        if (packet !== '' && packet.length + 1 + line.length > packetBytes) {
-          if (!transport.send(packet)) dropped = true;
-          packet = line;
-        } else {
-          packet = packet === '' ? line : `${packet}\n${line}`;
-        }
+      for (const packet of packets(lines, packetBytes)) {
+        if (!transport.send(packet)) dropped = true;
       }
-      if (packet !== '' && !transport.send(packet)) dropped = true;
       if (dropped) options.onDroppedFlush?.();
     },
     async close() {
