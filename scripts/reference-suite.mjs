@@ -223,35 +223,26 @@ for (const nodes of [ports.cluster.slice(0, 3), ports.cluster.slice(3)]) {
     { stdio: 'ignore' },
   );
 }
-// A cluster serves once every node agrees that all slots are covered.
-for (const port of ports.cluster) {
-  for (let i = 0; ; i++) {
-    const info = spawnSync(
+/** Waits up to 10 s for a redis-cli command on `port` to print `expected`. */
+async function waitForReply(port, command, expected, what) {
+  for (let i = 0; i < 200; i++) {
+    const reply = spawnSync(
       'redis-cli',
-      ['-p', String(port), '-a', PASSWORD, '--no-auth-warning', 'cluster', 'info'],
-      {
-        encoding: 'utf8',
-      },
+      ['-p', String(port), '-a', PASSWORD, '--no-auth-warning', ...command],
+      { encoding: 'utf8' },
     );
-    if (info.stdout.includes('cluster_state:ok')) break;
-    if (i === 200) fail(`the cluster node on port ${port} did not reach cluster_state:ok`);
+    if (reply.stdout.includes(expected)) return;
     await sleep(50);
   }
+  fail(`${what} on port ${port} did not show ${expected} within 10 s`);
+}
+// A cluster serves once every node agrees that all slots are covered.
+for (const port of ports.cluster) {
+  await waitForReply(port, ['cluster', 'info'], 'cluster_state:ok', 'the cluster node');
 }
 // The replicas have synchronised, so Sentinel knows them and the masters are writable.
 for (const port of [6393, 6398]) {
-  for (let i = 0; ; i++) {
-    const info = spawnSync(
-      'redis-cli',
-      ['-p', String(port), '-a', PASSWORD, '--no-auth-warning', 'info', 'replication'],
-      {
-        encoding: 'utf8',
-      },
-    );
-    if (info.stdout.includes('master_link_status:up')) break;
-    if (i === 200) fail(`the replica on port ${port} did not synchronise`);
-    await sleep(50);
-  }
+  await waitForReply(port, ['info', 'replication'], 'master_link_status:up', 'the replica');
 }
 
 execFileSync(process.execPath, [join(root, 'scripts', 'build-if-needed.mjs')], {
