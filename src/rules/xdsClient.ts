@@ -238,7 +238,7 @@ export function startXdsClient(options: XdsClientOptions): XdsClient {
       if (waitMs > 0) {
         await new Promise((resolve) => setTimeout(resolve, waitMs));
         gapMs = Math.min(gapMs * 2, LOAD_GAP_MS.last);
-        if (pending === undefined || closed) break;
+        if (closed) break;
       } else {
         gapMs = LOAD_GAP_MS.first;
       }
