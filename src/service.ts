@@ -5,7 +5,7 @@ import { createServerCredentials } from './grpc/credentials.js';
 import { createGrpcServer, routeGrpcLogs } from './grpc/server.js';
 import { grpcServerOptions, guardOptions } from './grpc/serverOptions.js';
 import { createHttpServer } from './http/server.js';
-import { createLimiter } from './limiter.js';
+import { createLimiter } from './decision/limiter.js';
 import { createLogger, type Logger } from './logger.js';
 import { createMetrics, type Metrics, type RpcOutcome } from './metrics.js';
 import { dumpRules } from './rules/dumpRules.js';
@@ -17,6 +17,7 @@ import { startXdsClient, type XdsClient } from './rules/xdsClient.js';
 import type { Settings } from './settings.js';
 import { createMemoryStore } from './store/memoryStore.js';
 import { createRedisStore } from './store/redisStore.js';
+import { withLocalCache, withOverLimitCache } from './store/cachedStore.js';
 import type { Store } from './store/Store.js';
 import { countRules, describeStore, ignoredReferenceSettings } from './startupReport.js';
 import { createStatsd, withStatsd } from './statsd.js';
@@ -135,7 +136,7 @@ export function createService(options: ServiceOptions): Service {
       `no rate limit configuration is loaded yet: waiting for the xDS management server at ${xds?.serverUrl ?? '?'}`,
     );
   };
-  const store: Store = settings.redis
+  const backend: Store = settings.redis
     ? createRedisStore(settings.redis, {
         onError: (error) => logger.debug({ err: error, kind: error.kind }, 'redis connection'),
         clockSkewToleranceMs: settings.clockSkewToleranceMs,
@@ -149,6 +150,25 @@ export function createService(options: ServiceOptions): Service {
           ),
       })
     : createMemoryStore({ clock });
+  // The clock the store's resets run on: Redis TIME, or this one (CLOCK=local, in-memory store).
+  const cacheOptions = {
+    size: settings.overLimitCacheSize,
+    clock: settings.redis && settings.clock === 'redis' ? () => performance.now() : clock,
+    rules: currentRules,
+  };
+  let store = backend;
+  if (settings.overLimitCacheSize > 0 && settings.compatMode === 'reference') {
+    // Reference counting never refunds, so compatibility mode's cache stays on a cluster too, as
+    // the reference's does.
+    const cached = withLocalCache(backend, cacheOptions);
+    metrics.localCache(() => cached.localCacheStats());
+    statsd?.localCache(() => cached.localCacheStats());
+    store = cached;
+  } else if (settings.overLimitCacheSize > 0 && settings.redis?.type !== 'cluster') {
+    // The exact cache is off on a cluster: a denial that spans slots refunds what it took, so a
+    // count may fall early.
+    store = withOverLimitCache(backend, cacheOptions);
+  }
 
   // An outage under load fails every check: one line a second says so, with how many it stands for.
   let lastStoreLog = 0;
@@ -185,26 +205,12 @@ export function createService(options: ServiceOptions): Service {
         ? { stop: settings.stopIncrementWhenOverLimit }
         : undefined,
     wholeSecondResets: settings.compatMode === 'reference',
-    // The exact cache is off on a cluster: a denial that spans slots refunds what it took, so a
-    // count may fall early. Reference counting never refunds, so compatibility mode's cache stays
-    // on there, as the reference's does.
-    overLimitCacheSize:
-      settings.redis?.type === 'cluster' && settings.compatMode !== 'reference'
-        ? 0
-        : settings.overLimitCacheSize,
-    // The clock the store's resets run on: Redis TIME, or this one (CLOCK=local, in-memory store).
-    cacheClock: settings.redis && settings.clock === 'redis' ? () => performance.now() : clock,
     observe: (event) => {
       metrics.observe(event);
       tracing.observe(event);
       if (event.storeError) logStoreError(event.storeError);
     },
   });
-  if (limiter.localCacheStats) {
-    const read = limiter.localCacheStats;
-    metrics.localCache(read);
-    statsd?.localCache(read);
-  }
 
   /** One check, from either server: traced in the caller's trace, and timed by its outcome. */
   async function decide<C>(

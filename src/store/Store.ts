@@ -111,4 +111,6 @@ export interface StoreDecision {
   /** The request is allowed (see the invariants above). */
   allowed: boolean;
   results: CounterResult[];
+  /** Answered from memory in front of the store (see cachedStore.ts), without a backend call. */
+  fromCache?: boolean;
 }

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import type { Check, Decision } from '../../src/check.js';
 import { StoreError } from '../../src/errors.js';
 import { createHttpServer, type HttpServer } from '../../src/http/server.js';
-import { createLimiter } from '../../src/limiter.js';
+import { createLimiter } from '../../src/decision/limiter.js';
 import { loadRules } from '../../src/rules/loadRules.js';
 import { createMemoryStore } from '../../src/store/memoryStore.js';
 import type { Store } from '../../src/store/Store.js';

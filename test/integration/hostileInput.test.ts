@@ -11,7 +11,7 @@ import {
   type RateLimitRequestObject,
   type RateLimitResponseObject,
 } from '../../src/grpc/protos.js';
-import { createLimiter } from '../../src/limiter.js';
+import { createLimiter } from '../../src/decision/limiter.js';
 import { loadRules } from '../../src/rules/loadRules.js';
 import { readSettings } from '../../src/settings.js';
 import { createMemoryStore } from '../../src/store/memoryStore.js';

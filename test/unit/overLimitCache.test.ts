@@ -7,11 +7,12 @@ import { join } from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { Check, Decision, Descriptor, OverrideUnit } from '../../src/check.js';
-import { createLimiter, type Limiter } from '../../src/limiter.js';
+import { createLimiter, type Limiter } from '../../src/decision/limiter.js';
 import type { CheckEvent } from '../../src/outcome.js';
 import { createOverLimitCache } from '../../src/overLimitCache.js';
 import { loadRules } from '../../src/rules/loadRules.js';
 import type { RuleSet } from '../../src/rules/types.js';
+import { withOverLimitCache } from '../../src/store/cachedStore.js';
 import { createMemoryStore } from '../../src/store/memoryStore.js';
 import { NEVER, type CounterCheck, type CounterResult, type Store } from '../../src/store/Store.js';
 
@@ -189,12 +190,18 @@ descriptors:
     const events: CheckEvent[] = [];
     const limiter = createLimiter({
       rules: () => rules,
-      store,
+      store:
+        cacheSize > 0
+          ? withOverLimitCache(store, {
+              size: cacheSize,
+              clock: () => clock.now,
+              rules: () => rules,
+            })
+          : store,
       clock: () => clock.now,
       defaultAlgorithm: 'sliding_window',
       keyPrefix: '',
       failureMode: 'error',
-      overLimitCacheSize: cacheSize,
       observe: (event) => events.push(event),
     });
     // The route alone: once it is spent, every limited descriptor of the check is over.
@@ -378,12 +385,14 @@ async function replay(steps: readonly Step[], start: number): Promise<number> {
     const store = createMemoryStore({ clock: () => now });
     const limiter = createLimiter({
       rules: () => rules,
-      store,
+      store:
+        cacheSize > 0
+          ? withOverLimitCache(store, { size: cacheSize, clock: () => now, rules: () => rules })
+          : store,
       clock: () => now,
       defaultAlgorithm: 'sliding_window',
       keyPrefix: '',
       failureMode: 'error',
-      overLimitCacheSize: cacheSize,
       observe: (event) => {
         if (cacheSize > 0) fromCache = event.overLimitCache === true;
       },

@@ -1,0 +1,126 @@
+import type { Check, Descriptor, DescriptorStatus } from '../check.js';
+import { counterEntries, counterKey } from '../keys.js';
+import { costOf, overrideLimit } from '../limits.js';
+import { matchRule } from '../rules/match.js';
+import type { Algorithm, Limit, RuleNode, RuleSet } from '../rules/types.js';
+import type { CounterCheck } from '../store/Store.js';
+import type { CountingPolicy } from './counting.js';
+import type { QuotaPolicy } from './quota.js';
+
+/**
+ * The first step of a decision: from a check and the rules in force, the counters to ask the
+ * store for, each descriptor with its limit, cost and role (enforced, shadow, quota). A pure
+ * function: no I/O, no clock, no cache. It throws InvalidRequestError for an override the rules
+ * cannot take.
+ */
+export interface Plan {
+  check: Check;
+  /** The check's domain has no rules: nothing is counted, every descriptor is OK. */
+  unknownDomain: boolean;
+  /** The rule each descriptor matched, in request order. */
+  nodes: readonly (RuleNode | undefined)[];
+  /**
+   * The statuses the rules settle alone (unlimited, no limit, replaced), in request order; the
+   * counted descriptors' places are empty.
+   */
+  settled: readonly (DescriptorStatus | undefined)[];
+  counted: readonly PlannedDescriptor[];
+  /** What the store decides. A cache in front of the store may mark them (`reference`). */
+  counters: CounterCheck[];
+}
+
+/** A descriptor that landed on a counter. */
+export interface PlannedDescriptor {
+  index: number;
+  limit: Limit;
+  /** The rule it matched; undefined when the caller's override set its limit. */
+  node: RuleNode | undefined;
+  /** Its counter's place in `counters`. */
+  slot: number;
+  cost: number;
+  /** A shadow rule's: decided and counted, always answered OK. */
+  shadow: boolean;
+  quota: boolean;
+}
+
+export interface PlanPolicy {
+  keyPrefix: string;
+  defaultAlgorithm: Algorithm;
+  counting: CountingPolicy;
+  quota: QuotaPolicy;
+}
+
+export const NO_LIMIT: DescriptorStatus = Object.freeze({ code: 'OK', limitRemaining: 0 });
+const UNLIMITED: DescriptorStatus = Object.freeze({ code: 'OK', limitRemaining: 4_294_967_295 });
+
+export function planCheck(check: Check, ruleSet: RuleSet, policy: PlanPolicy): Plan {
+  const descriptors = check.descriptors;
+  const settled = new Array<DescriptorStatus | undefined>(descriptors.length);
+  const domain = ruleSet.domains.get(check.domain);
+  if (domain === undefined) {
+    settled.fill(NO_LIMIT);
+    return { check, unknownDomain: true, nodes: [], settled, counted: [], counters: [] };
+  }
+  const { counting, quota: quotaPolicy } = policy;
+  const nodes = descriptors.map((descriptor) => matchRule(domain, descriptor.entries));
+  const replaced = replacedNames(descriptors, nodes);
+  const counters: CounterCheck[] = [];
+  const counted: PlannedDescriptor[] = [];
+  let unjudged = false;
+  for (let index = 0; index < descriptors.length; index++) {
+    const descriptor = descriptors[index] as Descriptor;
+    const node = nodes[index];
+    const override = descriptor.limit;
+    if (override === undefined && node?.unlimited) {
+      settled[index] = UNLIMITED;
+      continue;
+    }
+    const limit = override
+      ? overrideLimit(override, node?.limit, policy.defaultAlgorithm, index)
+      : node?.limit;
+    // A replaced limit is neither checked nor consumed.
+    if (limit === undefined || (!override && replaced?.has(limit.name))) {
+      settled[index] = NO_LIMIT;
+      unjudged = true;
+      continue;
+    }
+    // A caller's override is always enforced, as in the reference.
+    const shadow = !override && node?.shadowMode === true;
+    const quota = quotaPolicy.isQuota(node, override !== undefined, shadow);
+    unjudged ||= shadow;
+    const cost = costOf(descriptor, check.hitsAddend);
+    const entries =
+      override || node === undefined
+        ? descriptor.entries
+        : counterEntries(descriptor.entries, node);
+    const key = counterKey(
+      policy.keyPrefix,
+      check.domain,
+      entries,
+      domain.tenantKey,
+      limit.algorithm,
+      limit.windowMs,
+    );
+    const slot = counting.add(counters, key, limit, cost, shadow, quota);
+    counted.push({ index, limit, node: override ? undefined : node, slot, cost, shadow, quota });
+  }
+  // A descriptor already passes: the request is allowed, and each counter is consumed when it
+  // fits, which the store does for a counter outside the gate. The descriptors still report
+  // their own quota verdicts.
+  if (unjudged && quotaPolicy.unjudgedPasses) for (const counter of counters) counter.shadow = true;
+  return { check, unknownDomain: false, nodes, settled, counted, counters };
+}
+
+/** The names that the request's matched limits replace; undefined when none does. */
+function replacedNames(
+  descriptors: readonly Descriptor[],
+  nodes: readonly (RuleNode | undefined)[],
+): Set<string> | undefined {
+  let names: Set<string> | undefined;
+  for (let i = 0; i < nodes.length; i++) {
+    const node = nodes[i];
+    if (node === undefined || descriptors[i]?.limit !== undefined) continue;
+    for (const name of node.replaces) (names ??= new Set()).add(name);
+  }
+  return names;
+}
