@@ -5,6 +5,12 @@ import { SettingsError } from './errors.js';
 import { redactSecrets, secretsIn } from './redact.js';
 import { ALGORITHMS, type Algorithm } from './rules/types.js';
 import type { StatsdSettings } from './statsd.js';
+import type { FailureMode } from './decision/limiter.js';
+import type { GrpcServerSettings } from './grpc/serverSettings.js';
+import type { HttpServerSettings } from './http/serverSettings.js';
+import type { LogLevel } from './logger.js';
+import type { XdsSettings } from './rules/xdsSettings.js';
+import type { RedisNode, RedisSettings, RedisTls } from './store/redisSettings.js';
 
 /**
  * Every setting, read from the environment in this one place, with its default beside it.
@@ -76,114 +82,18 @@ export interface Settings {
   statsd: StatsdSettings | undefined;
 }
 
-export interface GrpcServerSettings {
-  maxConnectionAgeMs: number;
-  maxConnectionAgeGraceMs: number;
-  /** GRPC_MAX_CONNECTION_IDLE: a connection with no call open this long is closed (GOAWAY). */
-  maxConnectionIdleMs: number;
-  /** Calls at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); 0: no limit. */
-  maxConcurrentStreams: number;
-  /** Connections at once, per listening address. */
-  maxConnections: number;
-  /** Calls open at once, across connections. */
-  maxCalls: number;
-  /** Bytes of requests still arriving, across calls. */
-  maxReceivingBytes: number;
-  /** How long a call may stay open, from its headers to its last byte. */
-  callTimeoutMs: number;
-  keepaliveTimeMs: number;
-  keepaliveTimeoutMs: number;
-  /** GRPC_FAST_PATH: ShouldRateLimit on node:http2's streams directly; false: through grpc-js. */
-  fastPath: boolean;
-  /** TLS when GRPC_SERVER_USE_TLS is true; mutual TLS when `clientCaPath` is set. */
-  tls:
-    | {
-        certPath: string;
-        keyPath: string;
-        clientCaPath: string | undefined;
-        clientSan: string | undefined;
-      }
-    | undefined;
-}
-
-export interface HttpServerSettings {
-  /** Connections at once. */
-  maxConnections: number;
-  /** How long a request's headers may take to arrive. */
-  headersTimeoutMs: number;
-  /** How long a whole request may take to arrive. */
-  requestTimeoutMs: number;
-  /** POST /json: `auto` serves it unless gRPC requires client certificates. */
-  json: 'auto' | 'on' | 'off';
-}
-
-export type FailureMode = 'error' | 'deny' | 'allow';
-export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
-
-/**
- * How tollgate reaches Redis: `REDIS_TYPE` with its `REDIS_URL`. One shape for every type, so
- * that a single server is still written as `{ type: 'single', host, port, ... }`.
- */
-export interface RedisSettings {
-  type: 'single' | 'sentinel' | 'cluster';
-  /** `single`: the server. `sentinel` and `cluster`: the first of `nodes`. */
-  host: string;
-  port: number;
-  /** `single` only: the server's Unix socket, used instead of host and port. */
-  path?: string;
-  /** `sentinel`: the sentinels. `cluster`: the nodes to learn the slot map from; any will do. */
-  nodes?: RedisNode[];
-  /** `sentinel`: the name the sentinels know the master by. */
-  masterName?: string;
-  /** Credentials and TLS of the data nodes (for `sentinel`, TLS also reaches the sentinels). */
-  username: string | undefined;
-  password: string | undefined;
-  /** Always 0 on a cluster. */
-  db: number;
-  tls: RedisTls | undefined;
-  timeoutMs: number;
-}
-
-export interface RedisNode {
-  host: string;
-  port: number;
-}
-
-export interface RedisTls {
-  caPath: string | undefined;
-  clientCertPath: string | undefined;
-  clientKeyPath: string | undefined;
-  skipHostnameVerification: boolean;
-}
-
-/** The xDS client's settings, with the reference's names and defaults. */
-export interface XdsSettings {
-  /** host:port of the management server (CONFIG_GRPC_XDS_SERVER_URL). */
-  serverUrl: string;
-  nodeId: string;
-  nodeMetadata: Record<string, string>;
-  /** Until a first stream has been opened: how long between attempts. */
-  connectRetryIntervalMs: number;
-  additionalHeaders: Record<string, string>;
-  tls:
-    | {
-        certPath: string | undefined;
-        keyPath: string | undefined;
-        caPath: string | undefined;
-        san: string | undefined;
-      }
-    | undefined;
-  /** After a stream is lost: waits from `initialMs`, doubling up to `maxMs`. */
-  backoff: { initialMs: number; maxMs: number; randomFactor: number; jitter: boolean };
-  /** The largest response accepted; unset: gRPC's 4 MiB. */
-  maxMessageBytes: number | undefined;
-  /** Serve before the first configuration arrives, answering checks UNAVAILABLE meanwhile. */
-  forceStart: boolean;
-  /** With forceStart: health says NOT_SERVING until a configuration is loaded. */
-  healthyWithConfigOnly: boolean;
-  /** XDS_REFUSE_EMPTY_UPDATE: NACK an update that would remove every domain in force. */
-  refuseEmptyUpdate: boolean;
-}
+// Each part declares the settings it reads; these are here so that every setting can be found
+// from this file.
+export type {
+  FailureMode,
+  GrpcServerSettings,
+  HttpServerSettings,
+  LogLevel,
+  RedisNode,
+  RedisSettings,
+  RedisTls,
+  XdsSettings,
+};
 
 export const BUNDLED_RULES = fileURLToPath(new URL('../config/example.yaml', import.meta.url));
 

@@ -126,3 +126,27 @@ export function ignoredReferenceSettings(env: Record<string, string | undefined>
   }
   return warnings;
 }
+
+/** The fields of the start-up line, once both servers listen. */
+export function listeningReport(
+  settings: Settings,
+  ports: { grpcPort: number; httpPort: number },
+  rules: { source: string; loaded: RuleSet | undefined },
+): Record<string, unknown> {
+  return {
+    grpc: settings.grpcUds ?? `${settings.grpcHost}:${ports.grpcPort}`,
+    http: `${settings.host}:${ports.httpPort}`,
+    store: describeStore(settings),
+    rules: {
+      source: rules.source,
+      ...(rules.loaded ? countRules(rules.loaded) : { domains: 0, rules: 0 }),
+    },
+    failureMode: settings.failureMode,
+    ...(settings.redis ? { redisTimeoutMs: settings.redis.timeoutMs } : {}),
+    compatMode: settings.compatMode,
+    // The reference sends statsd unless told not to; tollgate only when asked.
+    statsd: settings.statsd
+      ? `${settings.statsd.protocol}://${settings.statsd.host}:${settings.statsd.port}`
+      : 'off (USE_STATSD=true to send it; the reference sends it by default)',
+  };
+}

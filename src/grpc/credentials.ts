@@ -10,7 +10,7 @@ import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
 import { SettingsError } from '../errors.js';
 import { createFilesProvider, readFiles } from './certificateProvider.js';
-import type { GrpcServerSettings } from '../settings.js';
+import type { GrpcServerSettings } from './serverSettings.js';
 
 export type GrpcTlsSettings = NonNullable<GrpcServerSettings['tls']>;
 

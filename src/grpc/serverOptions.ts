@@ -1,5 +1,5 @@
 import type { ServerOptions } from '@grpc/grpc-js';
-import type { GrpcServerSettings } from '../settings.js';
+import type { GrpcServerSettings } from './serverSettings.js';
 
 import type { GuardOptions } from './guard.js';
 

@@ -18,7 +18,7 @@ import { readFileSync } from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { loaderOptions } from '../grpc/protos.js';
-import type { XdsSettings } from '../settings.js';
+import type { XdsSettings } from './xdsSettings.js';
 import type { RulesSource } from './rulesSource.js';
 import type { RuleSet } from './types.js';
 import { RATE_LIMIT_CONFIG_TYPE, type XdsResource } from './xdsRules.js';

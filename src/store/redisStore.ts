@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { createSecureContext, type ConnectionOptions } from 'node:tls';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { SettingsError, type StoreError } from '../errors.js';
-import type { RedisSettings, RedisTls } from '../settings.js';
+import type { RedisSettings, RedisTls } from './redisSettings.js';
 import { createClusterStore, type SlotBackend } from './clusterStore.js';
 import type { Store } from './Store.js';
 import { createBatcher } from './batcher.js';

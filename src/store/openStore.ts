@@ -1,0 +1,74 @@
+import type { Logger } from '../logger.js';
+import type { LocalCacheStats } from '../overLimitCache.js';
+import { withLocalCache, withOverLimitCache } from './cachedStore.js';
+import { createMemoryStore } from './memoryStore.js';
+import { createRedisStore } from './redisStore.js';
+import type { RedisSettings } from './redisSettings.js';
+import type { Store } from './Store.js';
+
+/**
+ * The store the settings ask for: Redis (single, Sentinel or Cluster) or this process's memory,
+ * with the cache the settings ask for in front of it.
+ */
+export interface OpenedStore {
+  store: Store;
+  /** The reference's local-cache gauges, when COMPAT_MODE=reference keeps that cache. */
+  localCacheStats: (() => LocalCacheStats) | undefined;
+}
+
+/** The settings the store reads. */
+export interface StoreSettings {
+  /** Undefined: this process's memory. */
+  redis: RedisSettings | undefined;
+  clock: 'redis' | 'local';
+  clockSkewToleranceMs: number;
+  redisBatchLimit: number;
+  redisBatchWindowMs: number;
+  cacheKeyPrefix: string;
+  overLimitCacheSize: number;
+  compatMode: 'off' | 'reference';
+}
+
+export interface OpenStoreOptions {
+  logger: Logger;
+  /** The service's clock: the in-memory store's, and the caches' with CLOCK=local. */
+  clock: () => number;
+  /** The rules in force: a reload empties the caches. */
+  rules: () => object;
+}
+
+export function openStore(settings: StoreSettings, options: OpenStoreOptions): OpenedStore {
+  const { logger, clock } = options;
+  const backend: Store = settings.redis
+    ? createRedisStore(settings.redis, {
+        onError: (error) => logger.debug({ err: error, kind: error.kind }, 'redis connection'),
+        clockSkewToleranceMs: settings.clockSkewToleranceMs,
+        batchLimit: settings.redisBatchLimit,
+        batchWindowMs: settings.redisBatchWindowMs,
+        keyPrefix: settings.cacheKeyPrefix,
+        onSilentConnection: (silentMs, waiting) =>
+          logger.warn(
+            { silentMs, waiting },
+            'redis answered nothing while calls waited; reconnecting to release them',
+          ),
+      })
+    : createMemoryStore({ clock });
+  const size = settings.overLimitCacheSize;
+  const cacheOptions = {
+    size,
+    // The clock the store's resets run on: Redis TIME runs at the rate of a monotonic clock.
+    clock: settings.redis && settings.clock === 'redis' ? () => performance.now() : clock,
+    rules: options.rules,
+  };
+  if (size > 0 && settings.compatMode === 'reference') {
+    // Reference counting never refunds, so this cache stays on a cluster, as the reference's does.
+    const store = withLocalCache(backend, cacheOptions);
+    return { store, localCacheStats: () => store.localCacheStats() };
+  }
+  // The exact cache is off on a cluster: a denial that spans slots refunds what it took, so a
+  // count may fall early.
+  if (size > 0 && settings.redis?.type !== 'cluster') {
+    return { store: withOverLimitCache(backend, cacheOptions), localCacheStats: undefined };
+  }
+  return { store: backend, localCacheStats: undefined };
+}
