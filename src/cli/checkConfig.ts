@@ -1,3 +1,4 @@
+// `tollgate check-config`: validates a rules file or directory and prints its rules.
 import { dumpRules } from '../rules/dumpRules.js';
 import { loadConfig, positionalsOrHelp, UsageError, type Command } from './args.js';
 

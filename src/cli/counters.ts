@@ -1,3 +1,4 @@
+// `tollgate counters`: reads or resets a descriptor's counter in Redis, keyed as the service keys it.
 import type { StoreError } from '../errors.js';
 import { counterEntries, counterKey } from '../keys.js';
 import { explainMatch, whereIs } from '../rules/explain.js';

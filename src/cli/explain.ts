@@ -1,3 +1,4 @@
+// `tollgate explain`: shows offline which rule a descriptor matches, and why.
 import { explainMatch, type Attempt } from '../rules/explain.js';
 import {
   DESCRIPTOR_HELP,

@@ -1,3 +1,4 @@
+// `tollgate query`: asks a running tollgate for a decision over gRPC, and prints it.
 import type { DescriptorStatus } from '../check.js';
 import { createTollgateClient, type CheckResult } from '@tollgate/client';
 import {

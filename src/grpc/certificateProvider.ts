@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { createSecureContext } from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
 import { SettingsError } from '../errors.js';
-import type { GrpcTlsSettings } from './credentials.js';
+import type { GrpcTlsSettings } from './serverSettings.js';
 
 type IdentityUpdate = grpc.experimental.IdentityCertificateUpdate;
 type CaUpdate = grpc.experimental.CaCertificateUpdate;

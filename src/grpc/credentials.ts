@@ -10,9 +10,9 @@ import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
 import { SettingsError } from '../errors.js';
 import { createFilesProvider, readFiles } from './certificateProvider.js';
-import type { GrpcServerSettings } from './serverSettings.js';
+import type { GrpcTlsSettings } from './serverSettings.js';
 
-export type GrpcTlsSettings = NonNullable<GrpcServerSettings['tls']>;
+export type { GrpcTlsSettings };
 
 /** How often the certificate files are read again: a rotation applies within this time. */
 export const CERT_REFRESH_INTERVAL_MS = 5_000;

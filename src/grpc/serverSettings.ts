@@ -28,3 +28,5 @@ export interface GrpcServerSettings {
       }
     | undefined;
 }
+
+export type GrpcTlsSettings = NonNullable<GrpcServerSettings['tls']>;

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import type { BatchedDecide, DecideTime, ScriptArgs } from './script.js';
+import type { BatchedDecide, DecideTime, ScriptArgs } from './scriptCall.js';
 import type { CounterCheck } from './Store.js';
 
 /**

@@ -2,12 +2,15 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { CounterCheck, CounterResult, StoreDecision } from './Store.js';
+import type { BatchedDecide, DecideTime, ScriptArgs } from './scriptCall.js';
 import {
   fixedWindowArgs,
   fixedWindowBatchArgs,
   fixedWindowCounting,
   type FixedWindowCounting,
 } from './fixedWindowScript.js';
+
+export type { BatchedDecide, DecideTime, ScriptArgs };
 
 /** The order matters: helpers, then the algorithms that register themselves, then the dispatcher. */
 const PARTS = [
@@ -74,20 +77,6 @@ function referenceFlags(check: CounterCheck): number {
     (counting.held ? HELD : 0) +
     (counting.cached ? CACHED : 0)
   );
-}
-
-/** The script's arguments: numkeys, KEYS, then ARGV (see lua/dispatch.lua). */
-export type ScriptArgs = (string | number)[];
-
-/**
- * When a decide call decides. `nowMs`: the service's clock (CLOCK=local), or undefined for Redis
- * TIME. `skewToleranceMs`: with the service's clock, how much longer than its window a counter is
- * kept, so that an instance or a Redis whose clock disagrees by up to that much never finds it
- * gone early (CLOCK_SKEW_TOLERANCE).
- */
-export interface DecideTime {
-  nowMs: number | undefined;
-  skewToleranceMs: number;
 }
 
 /**
@@ -191,12 +180,6 @@ function resultAt(numbers: number[], i: number): CounterResult {
     remaining: numbers[i + 1] as number,
     resetMs: numbers[i + 2] as number,
   };
-}
-
-/** One request of a batch call. */
-export interface BatchedDecide {
-  checks: readonly CounterCheck[];
-  nowMs: number | undefined;
 }
 
 /** A batch call: several requests, each decided in turn, in one script call (see dispatch.lua). */

@@ -1,0 +1,146 @@
+// The architecture as a check that can fail: src/ is folders by concern in layers, each layer
+// importing only its own and lower ones, with no import cycle. The order is written down once,
+// here, and drawn in docs/development.md.
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, posix, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import ts from 'typescript';
+import { describe, expect, it } from 'vitest';
+
+/** Lowest first. A module may import from its own layer and the layers before it. */
+export const LAYERS = [
+  'core',
+  'rules',
+  'store',
+  'decision',
+  'observability',
+  'servers',
+  'process',
+  'cli',
+] as const;
+/** The entry points at src/'s root, above every layer. */
+const ENTRIES = ['main.ts', 'index.ts'];
+
+const src = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'src');
+
+type Graph = Map<string, string[]>;
+
+function modules(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) return modules(path);
+    return entry.name.endsWith('.ts') ? [relative(src, path).split('\\').join('/')] : [];
+  });
+}
+
+/** Each module's imports of other modules of src/, type-only ones included. */
+function importGraph(): Graph {
+  const graph: Graph = new Map();
+  for (const module of modules(src)) {
+    const text = readFileSync(join(src, module), 'utf8');
+    const imports = ts
+      .preProcessFile(text, true, true)
+      .importedFiles.map((file) => file.fileName)
+      .filter((name) => name.startsWith('.'))
+      .map((name) =>
+        posix.normalize(posix.join(posix.dirname(module), name)).replace(/\.js$/, '.ts'),
+      );
+    graph.set(module, imports);
+  }
+  return graph;
+}
+
+function layerOf(module: string): number {
+  if (ENTRIES.includes(module)) return LAYERS.length;
+  return LAYERS.indexOf(module.split('/')[0] as (typeof LAYERS)[number]);
+}
+
+/** Every import that goes up a layer, as `from -> to`. */
+export function upwardImports(graph: Graph): string[] {
+  const found: string[] = [];
+  for (const [from, imports] of graph) {
+    for (const to of imports) if (layerOf(to) > layerOf(from)) found.push(`${from} -> ${to}`);
+  }
+  return found;
+}
+
+/** The import cycles, each as the modules on it (Tarjan's strongly connected components). */
+export function cycles(graph: Graph): string[][] {
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const found: string[][] = [];
+  let next = 0;
+  const visit = (module: string) => {
+    index.set(module, next);
+    low.set(module, next);
+    next += 1;
+    stack.push(module);
+    onStack.add(module);
+    for (const to of graph.get(module) ?? []) {
+      if (!index.has(to)) {
+        visit(to);
+        low.set(module, Math.min(low.get(module)!, low.get(to)!));
+      } else if (onStack.has(to)) {
+        low.set(module, Math.min(low.get(module)!, index.get(to)!));
+      }
+    }
+    if (low.get(module) !== index.get(module)) return;
+    const component: string[] = [];
+    let member: string;
+    do {
+      member = stack.pop()!;
+      onStack.delete(member);
+      component.push(member);
+    } while (member !== module);
+    if (component.length > 1 || graph.get(module)?.includes(module)) found.push(component.sort());
+  };
+  for (const module of graph.keys()) if (!index.has(module)) visit(module);
+  return found;
+}
+
+describe('the layers of src/', () => {
+  const graph = importGraph();
+
+  it('puts every module in a layer folder, or at the root as an entry point', () => {
+    const outside = [...graph.keys()].filter((module) => layerOf(module) < 0);
+    expect(outside).toEqual([]);
+    expect(graph.size).toBeGreaterThan(50);
+  });
+
+  it('imports only from its own layer and the layers below', () => {
+    expect(upwardImports(graph)).toEqual([]);
+  });
+
+  it('has no import cycle', () => {
+    expect(cycles(graph)).toEqual([]);
+  });
+
+  it('imports only modules that exist', () => {
+    const missing = [...graph].flatMap(([from, imports]) =>
+      imports.filter((to) => !graph.has(to)).map((to) => `${from} -> ${to}`),
+    );
+    expect(missing).toEqual([]);
+  });
+
+  it('opens every module with a comment, before its first export', () => {
+    const silent = [...graph.keys()].filter((module) => {
+      const text = readFileSync(join(src, module), 'utf8');
+      const firstExport = text.search(/^export /m);
+      const firstComment = text.search(/^\s*(\/\*\*|\/\/)/m);
+      return firstComment < 0 || (firstExport >= 0 && firstComment > firstExport);
+    });
+    expect(silent).toEqual([]);
+  });
+
+  it('finds what it looks for: an upward import and a cycle in a made-up graph', () => {
+    const bad: Graph = new Map([
+      ['decision/plan.ts', ['servers/grpc/server.ts', 'decision/answer.ts']],
+      ['decision/answer.ts', ['decision/plan.ts']],
+      ['servers/grpc/server.ts', []],
+    ]);
+    expect(upwardImports(bad)).toEqual(['decision/plan.ts -> servers/grpc/server.ts']);
+    expect(cycles(bad)).toEqual([['decision/answer.ts', 'decision/plan.ts']]);
+  });
+});
