@@ -102,130 +102,208 @@ export type Http2Server = http2.Http2Server | http2.Http2SecureServer;
 export function createGuard(options: GuardOptions): Guard {
   const now = options.now ?? (() => performance.now());
   const bound = (name: GuardBound) => options.onBound?.(name);
+  const connections = createConnectionBook(options, now);
+  const calls = createCallCount(options, now, bound, connections);
+  const timer = setInterval(() => {
+    const at = now();
+    calls.timeOut(at);
+    sweepConnections(connections.open, at, options, bound);
+  }, sweepInterval(options));
+  timer.unref();
+
+  return {
+    configure: (http2Server) => applyConnectionBounds(http2Server, options, bound, connections),
+    watch: (stream) => watchStream(calls, stream),
+    admit: calls.admit,
+    receive: calls.receive,
+    arrived: calls.arrived,
+    release: calls.release,
+    close: () => clearInterval(timer),
+  };
+}
+
+/** Each connection's deadlines and the calls open on it, on either path. */
+interface ConnectionBook {
+  /** By session, from its start until it closes or the sweep destroys it. */
+  readonly open: Map<http2.Http2Session, Connection>;
+  /** Counts a connection from its start until it closes. */
+  track(session: http2.ServerHttp2Session): void;
+  /** A call opened: the connection of its stream, now counting it; undefined if not tracked. */
+  join(stream: http2.ServerHttp2Stream): Connection | undefined;
+  /** The call no longer counts as open on its connection: it closed, or timed out. */
+  leave(call: GuardedCall): void;
+}
+
+function createConnectionBook(
+  limits: Pick<GuardOptions, 'maxConnectionAgeMs'>,
+  now: () => number,
+): ConnectionBook {
+  const open = new Map<http2.Http2Session, Connection>();
+  return {
+    open,
+    track(session) {
+      const jitter = 1 + (Math.random() * 0.2 - 0.1);
+      const at = now();
+      const ageDeadline = at + limits.maxConnectionAgeMs * jitter;
+      open.set(session, { ageDeadline, closeDeadline: Infinity, openCalls: 0, idleSince: at });
+      session.once('close', () => open.delete(session));
+    },
+    join(stream) {
+      const connection = stream.session ? open.get(stream.session) : undefined;
+      if (connection !== undefined) connection.openCalls += 1;
+      return connection;
+    },
+    leave(call) {
+      const { connection } = call;
+      if (connection === undefined) return;
+      call.connection = undefined;
+      connection.openCalls -= 1;
+      if (connection.openCalls === 0) connection.idleSince = now();
+    },
+  };
+}
+
+/** The calls open, across connections and paths, and the bytes of their requests still arriving. */
+interface CallCount extends Pick<Guard, 'admit' | 'receive' | 'arrived' | 'release'> {
+  /** Resets the calls open for longer than the call timeout at `at`. */
+  timeOut(at: number): void;
+}
+
+function createCallCount(
+  limits: Pick<GuardOptions, 'maxCalls' | 'maxReceivingBytes' | 'callTimeoutMs'>,
+  now: () => number,
+  bound: (name: GuardBound) => void,
+  connections: ConnectionBook,
+): CallCount {
   // Insertion-ordered, so the oldest call is first: the sweep stops at the first one in time.
   const calls = new Map<http2.ServerHttp2Stream, GuardedCall>();
-  const connections = new Map<http2.Http2Session, Connection>();
   let receivingBytes = 0;
 
-  const reset = (stream: http2.ServerHttp2Stream, code: number) => {
-    if (!stream.destroyed) stream.close(code);
-  };
-
-  const admit = (stream: http2.ServerHttp2Stream): GuardedCall | undefined => {
-    if (calls.size >= options.maxCalls) {
-      bound('calls');
-      reset(stream, http2.constants.NGHTTP2_REFUSED_STREAM);
-      return undefined;
-    }
-    const connection = stream.session ? connections.get(stream.session) : undefined;
-    if (connection !== undefined) connection.openCalls += 1;
-    const call: GuardedCall = { openedAt: now(), receiving: 0, connection };
-    calls.set(stream, call);
-    return call;
-  };
-  /** The call no longer counts as open on its connection: it closed, or timed out. */
-  const leave = (call: GuardedCall) => {
-    const { connection } = call;
-    if (connection === undefined) return;
-    call.connection = undefined;
-    connection.openCalls -= 1;
-    if (connection.openCalls === 0) connection.idleSince = now();
-  };
   const arrived = (call: GuardedCall) => {
     receivingBytes -= call.receiving;
     call.receiving = 0;
   };
-  const receive = (stream: http2.ServerHttp2Stream, call: GuardedCall, bytes: number) => {
-    call.receiving += bytes;
-    receivingBytes += bytes;
-    if (receivingBytes <= options.maxReceivingBytes) return true;
-    arrived(call);
-    bound('receiving_bytes');
-    reset(stream, http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
-    return false;
-  };
-  const release = (stream: http2.ServerHttp2Stream, call: GuardedCall) => {
-    arrived(call);
-    leave(call);
-    calls.delete(stream);
-  };
-
-  const watch = (stream: http2.ServerHttp2Stream) => {
-    const call = admit(stream);
-    if (call === undefined) return;
-    const onData = (chunk: Buffer) => {
-      if (!receive(stream, call, chunk.length)) stream.off('data', onData);
-    };
-    // Listening adds no flow: grpc-js already reads the stream and pauses it between messages.
-    stream.on('data', onData);
-    stream.once('end', () => {
-      arrived(call);
-      stream.off('data', onData);
-    });
-    stream.once('close', () => release(stream, call));
-  };
-
-  const onSession = (session: http2.ServerHttp2Session) => {
-    const jitter = 1 + (Math.random() * 0.2 - 0.1);
-    const at = now();
-    const ageDeadline = at + options.maxConnectionAgeMs * jitter;
-    connections.set(session, { ageDeadline, closeDeadline: Infinity, openCalls: 0, idleSince: at });
-    session.once('close', () => connections.delete(session));
-  };
-
-  const configure = (http2Server: Http2Server) => {
-    // Past it, Node closes an accepted connection before anything reads from it.
-    http2Server.maxConnections = options.maxConnections;
-    http2Server.on('drop', () => bound('connections'));
-    http2Server.updateSettings({ maxHeaderListSize: options.maxHeaderListBytes });
-    http2Server.on('session', onSession);
-  };
-
-  const sweep = () => {
-    const at = now();
-    for (const [stream, call] of calls) {
-      if (at - call.openedAt < options.callTimeoutMs) break;
-      bound('call_timeout');
-      calls.delete(stream);
-      leave(call);
-      reset(stream, http2.constants.NGHTTP2_CANCEL);
-    }
-    if (options.maxConnectionAgeMs === Infinity && options.maxConnectionIdleMs === Infinity) return;
-    for (const [session, connection] of connections) {
-      if (at >= connection.closeDeadline) {
-        connections.delete(session);
-        session.destroy();
-      } else if (connection.closeDeadline !== Infinity) {
-        continue; // sent GOAWAY already
-      } else if (at >= connection.ageDeadline) {
-        bound('connection_age');
-        connection.closeDeadline = at + options.maxConnectionAgeGraceMs;
-        goAway(session, 'max_age');
-      } else if (
-        connection.openCalls === 0 &&
-        at - connection.idleSince >= options.maxConnectionIdleMs
-      ) {
-        bound('connection_idle');
-        // No call is open: the close is at once, unless one raced the GOAWAY in.
-        connection.closeDeadline = at + options.maxConnectionAgeGraceMs;
-        goAway(session, 'max_idle');
+  return {
+    admit(stream) {
+      if (calls.size >= limits.maxCalls) {
+        bound('calls');
+        reset(stream, http2.constants.NGHTTP2_REFUSED_STREAM);
+        return undefined;
       }
-    }
+      const connection = connections.join(stream);
+      const call: GuardedCall = { openedAt: now(), receiving: 0, connection };
+      calls.set(stream, call);
+      return call;
+    },
+    receive(stream, call, bytes) {
+      call.receiving += bytes;
+      receivingBytes += bytes;
+      if (receivingBytes <= limits.maxReceivingBytes) return true;
+      arrived(call);
+      bound('receiving_bytes');
+      reset(stream, http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+      return false;
+    },
+    arrived,
+    release(stream, call) {
+      arrived(call);
+      connections.leave(call);
+      calls.delete(stream);
+    },
+    timeOut(at) {
+      for (const [stream, call] of calls) {
+        if (at - call.openedAt < limits.callTimeoutMs) break;
+        bound('call_timeout');
+        calls.delete(stream);
+        connections.leave(call);
+        reset(stream, http2.constants.NGHTTP2_CANCEL);
+      }
+    },
   };
-  // Every second, or finer for short bounds (tests): a bound is kept within a quarter of itself.
-  const interval = Math.max(
+}
+
+/** Bounds a call that grpc-js serves: its stream's own events report its bytes and its close. */
+function watchStream(calls: CallCount, stream: http2.ServerHttp2Stream): void {
+  const call = calls.admit(stream);
+  if (call === undefined) return;
+  const onData = (chunk: Buffer) => {
+    if (!calls.receive(stream, call, chunk.length)) stream.off('data', onData);
+  };
+  // Listening adds no flow: grpc-js already reads the stream and pauses it between messages.
+  stream.on('data', onData);
+  stream.once('end', () => {
+    calls.arrived(call);
+    stream.off('data', onData);
+  });
+  stream.once('close', () => calls.release(stream, call));
+}
+
+function applyConnectionBounds(
+  http2Server: Http2Server,
+  limits: Pick<GuardOptions, 'maxConnections' | 'maxHeaderListBytes'>,
+  bound: (name: GuardBound) => void,
+  connections: ConnectionBook,
+): void {
+  // Past it, Node closes an accepted connection before anything reads from it.
+  http2Server.maxConnections = limits.maxConnections;
+  http2Server.on('drop', () => bound('connections'));
+  http2Server.updateSettings({ maxHeaderListSize: limits.maxHeaderListBytes });
+  http2Server.on('session', connections.track);
+}
+
+/**
+ * The age and idle bounds: sends GOAWAY to each connection past its age or idle with no call open
+ * past the idle time, and closes each still open past its grace.
+ */
+function sweepConnections(
+  connections: Map<http2.Http2Session, Connection>,
+  at: number,
+  limits: Pick<
+    GuardOptions,
+    'maxConnectionAgeMs' | 'maxConnectionAgeGraceMs' | 'maxConnectionIdleMs'
+  >,
+  bound: (name: GuardBound) => void,
+): void {
+  if (limits.maxConnectionAgeMs === Infinity && limits.maxConnectionIdleMs === Infinity) return;
+  for (const [session, connection] of connections) {
+    if (at >= connection.closeDeadline) {
+      connections.delete(session);
+      session.destroy();
+    } else if (connection.closeDeadline !== Infinity) {
+      continue; // sent GOAWAY already
+    } else if (at >= connection.ageDeadline) {
+      bound('connection_age');
+      connection.closeDeadline = at + limits.maxConnectionAgeGraceMs;
+      goAway(session, 'max_age');
+    } else if (
+      connection.openCalls === 0 &&
+      at - connection.idleSince >= limits.maxConnectionIdleMs
+    ) {
+      bound('connection_idle');
+      // No call is open: the close is at once, unless one raced the GOAWAY in.
+      connection.closeDeadline = at + limits.maxConnectionAgeGraceMs;
+      goAway(session, 'max_idle');
+    }
+  }
+}
+
+/** Every second, or finer for short bounds (tests): a bound is kept within a quarter of itself. */
+function sweepInterval(
+  limits: Pick<GuardOptions, 'callTimeoutMs' | 'maxConnectionAgeMs' | 'maxConnectionIdleMs'>,
+): number {
+  return Math.max(
     10,
     Math.min(
       1_000,
-      options.callTimeoutMs / 4,
-      options.maxConnectionAgeMs / 4,
-      options.maxConnectionIdleMs / 4,
+      limits.callTimeoutMs / 4,
+      limits.maxConnectionAgeMs / 4,
+      limits.maxConnectionIdleMs / 4,
     ),
   );
-  const timer = setInterval(sweep, interval);
-  timer.unref();
+}
 
-  return { configure, watch, admit, receive, arrived, release, close: () => clearInterval(timer) };
+function reset(stream: http2.ServerHttp2Stream, code: number): void {
+  if (!stream.destroyed) stream.close(code);
 }
 
 /**

@@ -13,8 +13,8 @@ import {
   type ResponseHeader,
 } from './codec.js';
 import { createFastPath, SHOULD_RATE_LIMIT_PATH } from './fastPath.js';
-import { createConnectionTracker } from './drain.js';
-import { createGuard, type GuardOptions } from './guard.js';
+import { createConnectionTracker, type ConnectionTracker } from './drain.js';
+import { createGuard, type Guard, type GuardOptions, type Http2Server } from './guard.js';
 import { dispatchStreams, type StreamHandler } from './http2Dispatch.js';
 import { encodeResponseFrame } from './responseFrame.js';
 import { packageDefinition, rlsServiceName, shouldRateLimitMethod } from './protos.js';
@@ -62,6 +62,8 @@ export interface GrpcServer {
   shutdown(graceMs: number): Promise<void>;
 }
 
+type RequestDecoder = (bytes: Buffer) => DecodedRequest;
+
 const healthServices = ['', rlsServiceName];
 /** grpc-js's receive limit when `grpc.max_receive_message_length` is not set. */
 const DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024;
@@ -92,74 +94,78 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
   const server = new grpc.Server(options.serverOptions);
   const guard = options.guard ? createGuard(options.guard) : undefined;
   const decodeRequest = createRequestDecoder(options.limits);
-  const handlers = new Map<string, StreamHandler>();
-  if (options.fastPath) {
-    const maxReceive = options.serverOptions?.['grpc.max_receive_message_length'];
-    handlers.set(
-      SHOULD_RATE_LIMIT_PATH,
-      createFastPath({
-        decide: options.decide,
-        decodeRequest,
-        maxReceiveMessageBytes:
-          typeof maxReceive === 'number' ? maxReceive : DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
-        clientSan: options.clientSan,
-        guard,
-        onInternalError: options.onInternalError,
-        onInvalidRequest: options.onInvalidRequest,
-      }),
-    );
-  }
   const connections = createConnectionTracker();
   dispatchStreams(server, {
-    handlers,
+    handlers: ownStreamHandlers(options, decodeRequest, guard),
     onGrpcJsStream: guard?.watch,
-    configure: (http2Server) => {
-      guard?.configure(http2Server);
-      connections.track(http2Server);
-      // Replies are small and go at once: Nagle's delay would only hold them back.
-      http2Server.on('connection', noDelay);
-    },
+    configure: (http2Server) => configureHttp2Server(http2Server, guard, connections),
   });
+  addRateLimitService(server, decodeRequest, createShouldRateLimit(options));
+  const setServing = addHealth(server);
+  addReflection(server, packageDefinition);
+
+  const credentials = options.credentials ?? grpc.ServerCredentials.createInsecure();
+  return {
+    listen: (host, port) => bindAddress(server, credentials, host, port),
+    setServing,
+    shutdown: (graceMs) => shutdownServer(server, graceMs, { setServing, connections, guard }),
+  };
+}
+
+/** The streams served ahead of grpc-js: ShouldRateLimit, when the fast path is on. */
+function ownStreamHandlers(
+  options: GrpcServerOptions,
+  decodeRequest: RequestDecoder,
+  guard: Guard | undefined,
+): Map<string, StreamHandler> {
+  const handlers = new Map<string, StreamHandler>();
+  if (!options.fastPath) return handlers;
+  const maxReceive = options.serverOptions?.['grpc.max_receive_message_length'];
+  handlers.set(
+    SHOULD_RATE_LIMIT_PATH,
+    createFastPath({
+      decide: options.decide,
+      decodeRequest,
+      maxReceiveMessageBytes:
+        typeof maxReceive === 'number' ? maxReceive : DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
+      clientSan: options.clientSan,
+      guard,
+      onInternalError: options.onInternalError,
+      onInvalidRequest: options.onInvalidRequest,
+    }),
+  );
+  return handlers;
+}
+
+/** Each of grpc-js's HTTP/2 servers, before it listens. */
+function configureHttp2Server(
+  http2Server: Http2Server,
+  guard: Guard | undefined,
+  connections: ConnectionTracker,
+): void {
+  guard?.configure(http2Server);
+  connections.track(http2Server);
+  // Replies are small and go at once: Nagle's delay would only hold them back.
+  http2Server.on('connection', noDelay);
+}
+
+/** grpc.health.v1, SERVING from the start; returns the switch of its status. */
+function addHealth(server: grpc.Server): (serving: boolean) => void {
   const health = new HealthImplementation();
   const setServing = (serving: boolean): void => {
     for (const name of healthServices) health.setStatus(name, serving ? 'SERVING' : 'NOT_SERVING');
   };
   setServing(true);
+  health.addToServer(server);
+  return setServing;
+}
 
-  const fail = (callback: grpc.sendUnaryData<Buffer>, error: unknown): void => {
-    const status = toGrpcStatus(error);
-    if (status.code === grpc.status.INTERNAL) options.onInternalError?.(error);
-    callback(status);
-  };
-
-  // The handler encodes the reply itself so that an encoding failure still goes through
-  // toGrpcStatus; grpc-js would turn a throwing serializer into a bare INTERNAL.
-  const shouldRateLimit: grpc.handleUnaryCall<DecodedRequest, Buffer> = (call, callback) => {
-    const request = call.request;
-    if (!request.ok) {
-      options.onInvalidRequest?.();
-      return fail(callback, request.error);
-    }
-    let reply: Promise<Reply>;
-    try {
-      reply = options.decide(request.check, call.metadata, metadataHeader);
-    } catch (error) {
-      return fail(callback, error);
-    }
-    reply.then(
-      (decided) => {
-        let bytes: Buffer;
-        try {
-          bytes = encodeResponseFrame(decided, decided.headers).subarray(5);
-        } catch (error) {
-          return fail(callback, error);
-        }
-        callback(null, bytes);
-      },
-      (error: unknown) => fail(callback, error),
-    );
-  };
-
+/** ShouldRateLimit on grpc-js: requests decoded by the codec, replies encoded by the handler. */
+function addRateLimitService(
+  server: grpc.Server,
+  decodeRequest: RequestDecoder,
+  shouldRateLimit: grpc.handleUnaryCall<DecodedRequest, Buffer>,
+): void {
   server.addService(
     {
       ShouldRateLimit: {
@@ -171,42 +177,97 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
     },
     { ShouldRateLimit: shouldRateLimit },
   );
-  health.addToServer(server);
-  addReflection(server, packageDefinition);
+}
 
-  const credentials = options.credentials ?? grpc.ServerCredentials.createInsecure();
-  const listen = (host: string, port?: number): Promise<number> => {
-    const bare = host.includes(':') && !host.startsWith('['); // an IPv6 literal needs brackets
-    const address = port === undefined ? host : `${bare ? `[${host}]` : host}:${port}`;
-    return new Promise((resolve, reject) => {
-      server.bindAsync(address, credentials, (error, bound) =>
-        error ? reject(error) : resolve(address.startsWith('unix:') ? 0 : bound),
-      );
+type CheckOptions = Pick<GrpcServerOptions, 'decide' | 'onInternalError' | 'onInvalidRequest'>;
+
+/**
+ * ShouldRateLimit as grpc-js serves it. The handler encodes the reply itself so that an encoding
+ * failure still goes through toGrpcStatus; grpc-js would turn a throwing serializer into a bare
+ * INTERNAL.
+ */
+function createShouldRateLimit(
+  options: CheckOptions,
+): grpc.handleUnaryCall<DecodedRequest, Buffer> {
+  return (call, callback) => {
+    const request = call.request;
+    if (!request.ok) {
+      options.onInvalidRequest?.();
+      return fail(callback, request.error, options);
+    }
+    let reply: Promise<Reply>;
+    try {
+      reply = options.decide(request.check, call.metadata, metadataHeader);
+    } catch (error) {
+      return fail(callback, error, options);
+    }
+    reply.then(
+      (decided) => {
+        let bytes: Buffer;
+        try {
+          bytes = encodeResponseFrame(decided, decided.headers).subarray(5);
+        } catch (error) {
+          return fail(callback, error, options);
+        }
+        callback(null, bytes);
+      },
+      (error: unknown) => fail(callback, error, options),
+    );
+  };
+}
+
+function fail(
+  callback: grpc.sendUnaryData<Buffer>,
+  error: unknown,
+  options: Pick<CheckOptions, 'onInternalError'>,
+): void {
+  const status = toGrpcStatus(error);
+  if (status.code === grpc.status.INTERNAL) options.onInternalError?.(error);
+  callback(status);
+}
+
+function bindAddress(
+  server: grpc.Server,
+  credentials: grpc.ServerCredentials,
+  host: string,
+  port?: number,
+): Promise<number> {
+  const bare = host.includes(':') && !host.startsWith('['); // an IPv6 literal needs brackets
+  const address = port === undefined ? host : `${bare ? `[${host}]` : host}:${port}`;
+  return new Promise((resolve, reject) => {
+    server.bindAsync(address, credentials, (error, bound) =>
+      error ? reject(error) : resolve(address.startsWith('unix:') ? 0 : bound),
+    );
+  });
+}
+
+/** NOT_SERVING, then the calls in flight get up to graceMs; the rest are cancelled. */
+function shutdownServer(
+  server: grpc.Server,
+  graceMs: number,
+  parts: {
+    setServing(serving: boolean): void;
+    connections: ConnectionTracker;
+    guard: Guard | undefined;
+  },
+): Promise<void> {
+  return new Promise((resolve) => {
+    parts.setServing(false);
+    const done = () => {
+      clearTimeout(timer);
+      stopWaiting();
+      parts.guard?.close();
+      resolve();
+    };
+    const timer = setTimeout(() => {
+      server.forceShutdown();
+      done();
+    }, graceMs);
+    // grpc-js may wait for a connection that is already gone (see drain.ts).
+    const stopWaiting = parts.connections.whenDrained(() => {
+      server.forceShutdown();
+      done();
     });
-  };
-
-  return {
-    listen,
-    setServing,
-    shutdown: (graceMs) =>
-      new Promise((resolve) => {
-        setServing(false);
-        const done = () => {
-          clearTimeout(timer);
-          stopWaiting();
-          guard?.close();
-          resolve();
-        };
-        const timer = setTimeout(() => {
-          server.forceShutdown();
-          done();
-        }, graceMs);
-        // grpc-js may wait for a connection that is already gone (see drain.ts).
-        const stopWaiting = connections.whenDrained(() => {
-          server.forceShutdown();
-          done();
-        });
-        server.tryShutdown(done);
-      }),
-  };
+    server.tryShutdown(done);
+  });
 }

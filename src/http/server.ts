@@ -7,7 +7,7 @@ import { isUtf8 } from 'node:buffer';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Check, Decision, HeaderReader } from '../check.js';
-import type { RequestLimits } from '../grpc/codec.js';
+import type { DecodedRequest, RequestLimits } from '../grpc/codec.js';
 import { readBody } from './readBody.js';
 import { toHttpError, type HttpReply } from './httpError.js';
 import { createJsonRequestDecoder } from './jsonRequest.js';
@@ -76,93 +76,132 @@ const text = (status: number, body: string): HttpReply => ({
 });
 
 export function createHttpServer(options: HttpServerOptions): HttpServer {
-  const decodeJson = createJsonRequestDecoder(options.limits);
-  const fail = (error: unknown): HttpReply => toHttpError(error, options.onInternalError);
-  const invalid = (reason: string): HttpReply => {
-    options.onInvalidRequest?.();
-    return text(400, reason);
-  };
-
-  async function json(request: http.IncomingMessage): Promise<HttpReply> {
-    if (options.jsonRefusal !== undefined) {
-      return { ...text(403, options.jsonRefusal), close: true };
-    }
-    const body = await readBody(request, MAX_JSON_BODY_BYTES);
-    if (body === 'too large') {
-      return { ...text(413, `request body over ${MAX_JSON_BODY_BYTES} bytes`), close: true };
-    }
-    // The client went away; nobody reads this answer.
-    if (body === 'unreadable') return { ...text(400, 'request body unreadable'), close: true };
-    if (!isUtf8(body)) return invalid('request body is not valid UTF-8');
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(body.toString('utf8'));
-    } catch (error) {
-      return invalid(`request body is not JSON: ${(error as Error).message}`);
-    }
-    const decoded = decodeJson(parsed);
-    if (!decoded.ok) return invalid(decoded.error.message);
-    const decision = await options.decide(decoded.check, request.headers, httpHeader);
-    return {
-      status: decision.code === 'OVER_LIMIT' ? 429 : 200,
-      body: JSON.stringify(toJsonResponse(decision)),
-      contentType: 'application/json',
-    };
-  }
-
-  const GET = ['GET', 'HEAD'];
-  const routes = new Map<string, Route>([
-    ['/healthcheck', { methods: GET, handle: healthcheck }],
-    ['/json', { methods: ['POST'], handle: json }],
-    [
-      '/metrics',
-      { methods: GET, handle: async () => ({ status: 200, ...(await options.metrics()) }) },
-    ],
-    ['/rlconfig', { methods: GET, handle: rlconfig }],
-  ]);
-
-  function healthcheck(): HttpReply {
-    const { serving, reason } = options.health();
-    return text(serving ? 200 : 500, reason);
-  }
-
-  function rlconfig(): HttpReply {
-    return text(
-      200,
-      options
-        .rules()
-        .map((line) => `${line}\n`)
-        .join(''),
-    );
-  }
-
-  async function route(request: http.IncomingMessage): Promise<HttpReply> {
-    const path = (request.url ?? '/').split('?', 1)[0] ?? '/';
-    const found = routes.get(path);
-    if (found === undefined) return text(404, `no such path: ${path}`);
-    if (!found.methods.includes(request.method ?? '')) {
-      const allow = found.methods.join(', ');
-      return { ...text(405, `${path} allows ${allow}`), headers: { Allow: allow } };
-    }
-    try {
-      return await found.handle(request);
-    } catch (error) {
-      return fail(error);
-    }
-  }
-
+  const routes = createRoutes(options);
   let closing = false;
-  const send = (response: http.ServerResponse, reply: HttpReply): void => {
-    response.writeHead(reply.status, {
-      ...reply.headers,
-      'Content-Type': reply.contentType,
-      'Content-Length': Buffer.byteLength(reply.body),
-      // Keep-alive would hold a connection open past close(); a refused body is left unread.
-      ...(closing || reply.close ? { Connection: 'close' } : {}),
-    });
-    response.end(reply.body);
-  };
+  const server = createNodeServer(options, (request, response) => {
+    route(routes, request, options)
+      .then((reply) => send(response, reply, closing))
+      .catch((error: unknown) => {
+        // E.g. a content type from metrics() that is not a valid header value.
+        if (response.headersSent) response.destroy();
+        else send(response, toHttpError(error, options.onInternalError), closing);
+      })
+      .catch(() => response.destroy());
+  });
 
+  return {
+    listen: (host, port) => listenOn(server, host, port),
+    close: (graceMs) => {
+      closing = true;
+      return closeWithin(server, graceMs);
+    },
+  };
+}
+
+/** Each path with its methods and its handler, built once. */
+function createRoutes(options: HttpServerOptions): ReadonlyMap<string, Route> {
+  const decodeJson = createJsonRequestDecoder(options.limits);
+  const GET = ['GET', 'HEAD'];
+  return new Map<string, Route>([
+    ['/healthcheck', { methods: GET, handle: () => healthcheck(options) }],
+    ['/json', { methods: ['POST'], handle: (request) => json(request, options, decodeJson) }],
+    ['/metrics', { methods: GET, handle: () => metrics(options) }],
+    ['/rlconfig', { methods: GET, handle: () => rlconfig(options) }],
+  ]);
+}
+
+/** Answers the route of the request's path, or 404 or 405; a handler's error becomes its reply. */
+async function route(
+  routes: ReadonlyMap<string, Route>,
+  request: http.IncomingMessage,
+  options: Pick<HttpServerOptions, 'onInternalError'>,
+): Promise<HttpReply> {
+  const path = (request.url ?? '/').split('?', 1)[0] ?? '/';
+  const found = routes.get(path);
+  if (found === undefined) return text(404, `no such path: ${path}`);
+  if (!found.methods.includes(request.method ?? '')) {
+    const allow = found.methods.join(', ');
+    return { ...text(405, `${path} allows ${allow}`), headers: { Allow: allow } };
+  }
+  try {
+    return await found.handle(request);
+  } catch (error) {
+    return toHttpError(error, options.onInternalError);
+  }
+}
+
+function healthcheck(options: Pick<HttpServerOptions, 'health'>): HttpReply {
+  const { serving, reason } = options.health();
+  return text(serving ? 200 : 500, reason);
+}
+
+/** ShouldRateLimit in proto3 JSON: 200, or 429 when over the limit. */
+async function json(
+  request: http.IncomingMessage,
+  options: Pick<HttpServerOptions, 'decide' | 'jsonRefusal' | 'onInvalidRequest'>,
+  decodeJson: (json: unknown) => DecodedRequest,
+): Promise<HttpReply> {
+  if (options.jsonRefusal !== undefined) {
+    return { ...text(403, options.jsonRefusal), close: true };
+  }
+  const body = await readBody(request, MAX_JSON_BODY_BYTES);
+  if (body === 'too large') {
+    return { ...text(413, `request body over ${MAX_JSON_BODY_BYTES} bytes`), close: true };
+  }
+  // The client went away; nobody reads this answer.
+  if (body === 'unreadable') return { ...text(400, 'request body unreadable'), close: true };
+  if (!isUtf8(body)) return invalid('request body is not valid UTF-8', options);
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body.toString('utf8'));
+  } catch (error) {
+    return invalid(`request body is not JSON: ${(error as Error).message}`, options);
+  }
+  const decoded = decodeJson(parsed);
+  if (!decoded.ok) return invalid(decoded.error.message, options);
+  const decision = await options.decide(decoded.check, request.headers, httpHeader);
+  return {
+    status: decision.code === 'OVER_LIMIT' ? 429 : 200,
+    body: JSON.stringify(toJsonResponse(decision)),
+    contentType: 'application/json',
+  };
+}
+
+function invalid(reason: string, options: Pick<HttpServerOptions, 'onInvalidRequest'>): HttpReply {
+  options.onInvalidRequest?.();
+  return text(400, reason);
+}
+
+async function metrics(options: Pick<HttpServerOptions, 'metrics'>): Promise<HttpReply> {
+  return { status: 200, ...(await options.metrics()) };
+}
+
+function rlconfig(options: Pick<HttpServerOptions, 'rules'>): HttpReply {
+  return text(
+    200,
+    options
+      .rules()
+      .map((line) => `${line}\n`)
+      .join(''),
+  );
+}
+
+function send(response: http.ServerResponse, reply: HttpReply, closing: boolean): void {
+  response.writeHead(reply.status, {
+    ...reply.headers,
+    'Content-Type': reply.contentType,
+    'Content-Length': Buffer.byteLength(reply.body),
+    // Keep-alive would hold a connection open past close(); a refused body is left unread.
+    ...(closing || reply.close ? { Connection: 'close' } : {}),
+  });
+  response.end(reply.body);
+}
+
+/** node:http's server, with the bounds applied when there are some. */
+function createNodeServer(
+  options: Pick<HttpServerOptions, 'bounds' | 'onConnectionRefused' | 'onInternalError'>,
+  serve: http.RequestListener,
+): http.Server {
   const bounds = options.bounds;
   const server = http.createServer(
     bounds === undefined
@@ -173,16 +212,7 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
           // How often Node looks for requests past those timeouts; 30 s by default.
           connectionsCheckingInterval: Math.max(100, Math.min(1_000, bounds.headersTimeoutMs / 4)),
         },
-    (request, response) => {
-      route(request)
-        .then((reply) => send(response, reply))
-        .catch((error: unknown) => {
-          // E.g. a content type from metrics() that is not a valid header value.
-          if (response.headersSent) response.destroy();
-          else send(response, fail(error));
-        })
-        .catch(() => response.destroy());
-    },
+    serve,
   );
   if (bounds !== undefined) {
     // Past it, Node closes an accepted connection before reading from it.
@@ -191,27 +221,28 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
   }
   // After listen: errors of the listening socket itself, which must not crash the process.
   server.on('error', (error) => server.listening && options.onInternalError?.(error));
+  return server;
+}
 
-  return {
-    listen: (host, port) =>
-      new Promise((resolve, reject) => {
-        server.once('error', reject);
-        server.listen(port, host, () => {
-          server.off('error', reject);
-          resolve((server.address() as AddressInfo).port);
-        });
-      }),
+function listenOn(server: http.Server, host: string, port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve((server.address() as AddressInfo).port);
+    });
+  });
+}
 
-    close: (graceMs) =>
-      new Promise((resolve) => {
-        closing = true;
-        if (!server.listening) return resolve();
-        const timer = setTimeout(() => server.closeAllConnections(), graceMs);
-        // Node 20's close() also ends idle keep-alive connections at once.
-        server.close(() => {
-          clearTimeout(timer);
-          resolve();
-        });
-      }),
-  };
+/** Stops accepting; connections still open after graceMs are dropped. */
+function closeWithin(server: http.Server, graceMs: number): Promise<void> {
+  return new Promise((resolve) => {
+    if (!server.listening) return resolve();
+    const timer = setTimeout(() => server.closeAllConnections(), graceMs);
+    // Node 20's close() also ends idle keep-alive connections at once.
+    server.close(() => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
 }
