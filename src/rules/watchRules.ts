@@ -58,6 +58,137 @@ export interface RulesWatcher {
   close(): void;
 }
 
+/** Where the checks stand, for the check step and for the watcher's controls. */
+interface CheckState {
+  closed: boolean;
+  /** The fingerprint of the files last loaded, or tried. */
+  loaded: string;
+  /** A changed fingerprint waiting to hold still, and since when. */
+  candidate: { fingerprint: string; since: number } | undefined;
+  /** The next check loads, changed or not (a reload). */
+  forced: boolean;
+  /** A check runs; another asked for meanwhile runs after it (`again`). */
+  busy: boolean;
+  again: boolean;
+  /** The check due when a change will have held still. */
+  settle: NodeJS.Timeout | undefined;
+}
+
+/** What a check reads and calls, with the state it changes. */
+interface Checks {
+  path: string;
+  fingerprints: Fingerprinter;
+  settleMs: number;
+  load: WatchRulesOptions['load'];
+  onReload: WatchRulesOptions['onReload'];
+  onError: WatchRulesOptions['onError'];
+  state: CheckState;
+}
+
+/** Runs a check after `ms`; the timer keeps no process alive. */
+function checkLater(checks: Checks, ms: number): NodeJS.Timeout {
+  const timer = setTimeout(() => check(checks), ms);
+  timer.unref();
+  return timer;
+}
+
+/** Runs a check now, or after the one under way: never two at once. */
+function check(checks: Checks): void {
+  const { state } = checks;
+  if (state.closed) return;
+  if (state.busy) {
+    state.again = true;
+    return;
+  }
+  state.busy = true;
+  checkOnce(checks)
+    .catch(checks.onError)
+    .finally(() => {
+      state.busy = false;
+      if (state.again) {
+        state.again = false;
+        check(checks);
+      }
+    });
+}
+
+/**
+ * One check: fingerprints the files and, when they changed and have held still for `settleMs`
+ * (or when forced), loads them and hands the rules over.
+ */
+async function checkOnce(checks: Checks): Promise<void> {
+  const { state, settleMs } = checks;
+  const current = await checks.fingerprints.of(checks.path);
+  if (state.closed) return;
+  if (!state.forced) {
+    if (current === state.loaded) {
+      state.candidate = undefined;
+      return;
+    }
+    if (state.candidate?.fingerprint !== current) {
+      state.candidate = { fingerprint: current, since: now() };
+    }
+    const waited = now() - state.candidate.since;
+    if (waited < settleMs) {
+      clearTimeout(state.settle);
+      state.settle = checkLater(checks, settleMs - waited);
+      return;
+    }
+  }
+  state.forced = false;
+  state.candidate = undefined;
+  // Taken before loading: a change during the load shows up at the next check.
+  state.loaded = current;
+  let rules: RuleSet;
+  try {
+    rules = await checks.load();
+  } catch (error) {
+    if (!state.closed) checks.onError(error);
+    return;
+  }
+  if (state.closed) return;
+  try {
+    checks.onReload(rules);
+  } catch (error) {
+    checks.onError(error);
+  }
+}
+
+/** The watcher on the rules' directory, which directory it is, and the debounce of its events. */
+interface DirectoryWatch {
+  watcher: FSWatcher | undefined;
+  // The watched directory's identity: when it is replaced, the old watcher hears nothing more.
+  identity: string | undefined;
+  debounce: NodeJS.Timeout | undefined;
+}
+
+function stopWatching(watching: DirectoryWatch): void {
+  watching.watcher?.close();
+  watching.watcher = undefined;
+  watching.identity = undefined;
+}
+
+/**
+ * Watches the directory that holds the rules, unless the same directory is watched already: a
+ * replaced one is watched anew. Each event calls `onEvent`.
+ */
+function ensureWatching(watching: DirectoryWatch, path: string, onEvent: () => void): void {
+  const directory = isDirectory(path) ? path : dirname(path);
+  const identity = directoryIdentity(directory);
+  if (watching.watcher !== undefined && identity === watching.identity) return;
+  stopWatching(watching);
+  if (identity === undefined) return; // The poll tries again.
+  let watcher: FSWatcher;
+  try {
+    watcher = watch(directory, { persistent: false }, onEvent);
+  } catch {
+    return; // No inotify, no permission, or the directory just went: the poll carries on.
+  }
+  watching.watcher = watcher;
+  watching.identity = identity;
+  watcher.on('error', () => stopWatching(watching));
+}
+
 /**
  * Starts watching. The files as they are now count as loaded: the caller loads the rules at
  * start-up, and should call this right after.
@@ -65,124 +196,54 @@ export interface RulesWatcher {
 export function watchRules(options: WatchRulesOptions): RulesWatcher {
   const { path, load, onReload, onError, pollIntervalMs } = options;
   const debounceMs = options.debounceMs ?? 100;
-  const settleMs = options.settleMs ?? 0;
   const fingerprints = createFingerprinter();
-  let closed = false;
-  /** The fingerprint of the files last loaded, or tried. */
-  let loaded = fingerprints.now(path);
-  /** A changed fingerprint waiting to hold still, and since when. */
-  let candidate: { fingerprint: string; since: number } | undefined;
-  let busy = false;
-  let again = false;
-  let forced = false;
-  let debounce: NodeJS.Timeout | undefined;
-  let settle: NodeJS.Timeout | undefined;
-  let watcher: FSWatcher | undefined;
-  // The watched directory's identity: when it is replaced, the old watcher hears nothing more.
-  let watchedIdentity: string | undefined;
-
-  const later = (ms: number): NodeJS.Timeout => {
-    const timer = setTimeout(check, ms);
-    timer.unref();
-    return timer;
+  const state: CheckState = {
+    closed: false,
+    loaded: fingerprints.now(path),
+    candidate: undefined,
+    forced: false,
+    busy: false,
+    again: false,
+    settle: undefined,
+  };
+  const checks: Checks = {
+    path,
+    fingerprints,
+    settleMs: options.settleMs ?? 0,
+    load,
+    onReload,
+    onError,
+    state,
+  };
+  const watching: DirectoryWatch = { watcher: undefined, identity: undefined, debounce: undefined };
+  // A burst of events becomes one check, once it has gone quiet.
+  const debounced = (): void => {
+    clearTimeout(watching.debounce);
+    watching.debounce = checkLater(checks, debounceMs);
+  };
+  const keepWatching = (): void => {
+    if (state.closed || options.watch === false) return;
+    ensureWatching(watching, path, debounced);
   };
 
-  async function checkOnce(): Promise<void> {
-    const current = await fingerprints.of(path);
-    if (closed) return;
-    if (!forced) {
-      if (current === loaded) {
-        candidate = undefined;
-        return;
-      }
-      if (candidate?.fingerprint !== current) candidate = { fingerprint: current, since: now() };
-      const waited = now() - candidate.since;
-      if (waited < settleMs) {
-        clearTimeout(settle);
-        settle = later(settleMs - waited);
-        return;
-      }
-    }
-    forced = false;
-    candidate = undefined;
-    // Taken before loading: a change during the load shows up at the next check.
-    loaded = current;
-    let rules: RuleSet;
-    try {
-      rules = await load();
-    } catch (error) {
-      if (!closed) onError(error);
-      return;
-    }
-    if (closed) return;
-    try {
-      onReload(rules);
-    } catch (error) {
-      onError(error);
-    }
-  }
-
-  function check(): void {
-    if (closed) return;
-    if (busy) {
-      again = true;
-      return;
-    }
-    busy = true;
-    checkOnce()
-      .catch(onError)
-      .finally(() => {
-        busy = false;
-        if (again) {
-          again = false;
-          check();
-        }
-      });
-  }
-
-  const stopWatching = (): void => {
-    watcher?.close();
-    watcher = undefined;
-    watchedIdentity = undefined;
-  };
-
-  const ensureWatching = (): void => {
-    if (closed || options.watch === false) return;
-    const directory = isDirectory(path) ? path : dirname(path);
-    const identity = directoryIdentity(directory);
-    if (watcher !== undefined && identity === watchedIdentity) return;
-    stopWatching();
-    if (identity === undefined) return; // The poll tries again.
-    try {
-      watcher = watch(directory, { persistent: false }, () => {
-        clearTimeout(debounce);
-        debounce = later(debounceMs);
-      });
-    } catch {
-      return; // No inotify, no permission, or the directory just went: the poll carries on.
-    }
-    watchedIdentity = identity;
-    watcher.on('error', stopWatching);
-  };
-
-  ensureWatching();
+  keepWatching();
   const poll = setInterval(() => {
-    ensureWatching();
-    check();
+    keepWatching();
+    check(checks);
   }, pollIntervalMs);
   poll.unref();
 
   return {
     reload() {
-      forced = true;
-      check();
+      state.forced = true;
+      check(checks);
     },
     close() {
-      closed = true;
+      state.closed = true;
       clearInterval(poll);
-      clearTimeout(debounce);
-      clearTimeout(settle);
-      stopWatching();
+      clearTimeout(watching.debounce);
+      clearTimeout(state.settle);
+      stopWatching(watching);
     },
   };
 }
@@ -316,6 +377,8 @@ function createFingerprinter() {
     },
   };
 }
+
+type Fingerprinter = ReturnType<typeof createFingerprinter>;
 
 const READ_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK;
 

@@ -124,201 +124,333 @@ function metadataStruct(metadata: Record<string, string>) {
   return { fields };
 }
 
-export function startXdsClient(options: XdsClientOptions): XdsClient {
-  const { settings } = options;
-  const { Client, decode } = adsClient();
-  const channelOptions: grpc.ChannelOptions = {
+function channelOptionsOf(settings: XdsSettings): grpc.ChannelOptions {
+  return {
     'grpc.max_receive_message_length': settings.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
     // A silent connection is found within a minute, not at the kernel's leisure.
     'grpc.keepalive_time_ms': 30_000,
     'grpc.keepalive_timeout_ms': 10_000,
     ...(settings.tls?.san ? { 'grpc.ssl_target_name_override': settings.tls.san } : {}),
   };
-  const client = new Client(settings.serverUrl, credentialsOf(settings), channelOptions);
-  const node = {
+}
+
+/** The node this client speaks for, sent in the first request of each stream. */
+function nodeOf(settings: XdsSettings, version: string) {
+  return {
     id: settings.nodeId,
     metadata: metadataStruct(settings.nodeMetadata),
     user_agent_name: 'tollgate',
-    user_agent_version: options.version,
+    user_agent_version: version,
   };
+}
 
-  let closed = false;
-  let applied: string | undefined;
-  let stream: AdsStream | undefined;
-  let retry: NodeJS.Timeout | undefined;
+type XdsNode = ReturnType<typeof nodeOf>;
+
+/** What the parts of one client share. */
+interface XdsState {
+  closed: boolean;
+  /** The version of the rules in force; undefined before the first. */
+  applied: string | undefined;
+  /** The stream open now: only its responses are loaded and answered. */
+  stream: AdsStream | undefined;
+  /** The timer that opens a lost stream again. */
+  retry: NodeJS.Timeout | undefined;
+}
+
+/** A stream's first request: the node, and the version in force (empty before the first). */
+function subscribeRequest(node: XdsNode, applied: string | undefined) {
+  return {
+    version_info: applied ?? '',
+    node,
+    resource_names: [],
+    type_url: RATE_LIMIT_CONFIG_TYPE,
+    response_nonce: '',
+  };
+}
+
+/**
+ * The answer to a response: its ACK, with its version; or, given why it was refused, its NACK,
+ * with the version still in force and the reason.
+ */
+function answerRequest(response: DiscoveryResponse, applied: string | undefined, error?: Error) {
+  return {
+    version_info: error ? (applied ?? '') : (response.version_info ?? ''),
+    resource_names: [],
+    type_url: RATE_LIMIT_CONFIG_TYPE,
+    response_nonce: response.nonce ?? '',
+    ...(error
+      ? {
+          error_detail: {
+            code: INVALID_ARGUMENT,
+            message: error.message.slice(0, MAX_NACK_MESSAGE),
+          },
+        }
+      : {}),
+  };
+}
+
+/** Answers on the stream the response came on, unless that one is gone or the client closed. */
+function answer(
+  state: Readonly<XdsState>,
+  on: AdsStream,
+  response: DiscoveryResponse,
+  error?: Error,
+): void {
+  if (on !== state.stream || state.closed) return;
+  on.write(answerRequest(response, state.applied, error));
+}
+
+/**
+ * The wait before a lost stream opens again: the connect retry interval until any stream has had
+ * a response; from then on, the backoff, doubling with each loss since the last first response.
+ */
+function createReconnectBackoff(settings: Pick<XdsSettings, 'connectRetryIntervalMs' | 'backoff'>) {
   /** Whether any stream has had a response: from then on, reconnections back off. */
   let everAnswered = false;
   let failures = 0;
+  return {
+    /** A stream had its first response. */
+    answered(): void {
+      everAnswered = true;
+      failures = 0;
+    },
+    nextDelay(): number {
+      if (!everAnswered) return settings.connectRetryIntervalMs;
+      const { initialMs, maxMs, randomFactor, jitter } = settings.backoff;
+      const base = Math.min(maxMs, initialMs * 2 ** Math.min(failures, 30));
+      failures += 1;
+      if (!jitter) return base;
+      return Math.max(1, Math.round(base * (1 + randomFactor * (2 * Math.random() - 1))));
+    },
+  };
+}
+
+/** A response waiting to load, still as its bytes, and the stream it came on. */
+interface PendingUpdate {
+  stream: AdsStream;
+  bytes: Buffer;
+}
+
+/** What one stream needs from the rest of the client. */
+interface StreamContext {
+  client: grpc.Client;
+  headers: Record<string, string>;
+  node: XdsNode;
+  state: XdsState;
+  backoff: ReturnType<typeof createReconnectBackoff>;
+  events: Pick<XdsClientOptions, 'onStream'>;
+  onResponse: (update: PendingUpdate) => void;
+}
+
+/** Opens the stream and subscribes; when it is lost, opens the next after the backoff's delay. */
+function openStream(context: StreamContext): void {
+  const { state, backoff, events } = context;
+  state.retry = undefined;
+  if (state.closed) return;
+  const metadata = new grpc.Metadata();
+  for (const [key, value] of Object.entries(context.headers)) {
+    metadata.set(key.toLowerCase(), value);
+  }
+  const call = (
+    context.client as unknown as { StreamAggregatedResources(m: grpc.Metadata): AdsStream }
+  ).StreamAggregatedResources(metadata);
+  state.stream = call;
+  let answered = false;
+  call.on('data', (bytes: Buffer) => {
+    if (call !== state.stream) return;
+    if (!answered) {
+      answered = true;
+      backoff.answered();
+      events.onStream?.({ connected: true });
+    }
+    context.onResponse({ stream: call, bytes });
+  });
+  let ended = false;
+  const lost = (error?: Error) => {
+    if (ended) return;
+    ended = true;
+    if (call !== state.stream || state.closed) return;
+    state.stream = undefined;
+    const delay = backoff.nextDelay();
+    events.onStream?.({
+      connected: false,
+      error: error ?? new Error('the management server ended the stream'),
+      retryInMs: delay,
+    });
+    state.retry = setTimeout(() => openStream(context), delay);
+    state.retry.unref();
+  };
+  call.on('error', (error: Error) => lost(error));
+  call.on('end', () => lost());
+  call.write(subscribeRequest(context.node, state.applied));
+}
+
+/** The contents refused lately, and the timer of the NACK that answers one sent again. */
+interface Refusals {
   /**
-   * The response waiting to load, still as its bytes, and whether one is loading. One that
-   * arrives while another waits replaces it undecoded: state of the world, only the latest
-   * matters.
+   * The last REFUSED_REMEMBERED contents refused, by fingerprint, oldest first, and why: any of
+   * them again is refused without loading, even when a server alternates between several.
    */
-  let pending: { stream: AdsStream; bytes: Buffer } | undefined;
-  let loading = false;
-  let gapMs: number = LOAD_GAP_MS.first;
-  let lastLoadEnded = -Infinity;
-  /**
-   * The last REFUSED_REMEMBERED contents refused, oldest first, and why: any of them again is
-   * refused without loading, even when a server alternates between several.
-   */
-  const refused = new Map<string, Error>();
-  let repeatTimer: NodeJS.Timeout | undefined;
+  reasons: Map<string, Error>;
+  repeatTimer: NodeJS.Timeout | undefined;
+}
 
-  const answer = (on: AdsStream, response: DiscoveryResponse, error?: Error) => {
-    if (on !== stream || closed) return;
-    on.write({
-      version_info: error ? (applied ?? '') : (response.version_info ?? ''),
-      resource_names: [],
-      type_url: RATE_LIMIT_CONFIG_TYPE,
-      response_nonce: response.nonce ?? '',
-      ...(error
-        ? {
-            error_detail: {
-              code: INVALID_ARGUMENT,
-              message: error.message.slice(0, MAX_NACK_MESSAGE),
-            },
-          }
-        : {}),
-    });
-  };
+function rememberRefusal(refusals: Refusals, print: string, reason: Error): void {
+  const { reasons } = refusals;
+  reasons.set(print, reason);
+  if (reasons.size > REFUSED_REMEMBERED) reasons.delete(reasons.keys().next().value as string);
+}
 
-  /** Decodes one response and loads it, or answers it from memory when it was refused before. */
-  const handle = async (from: AdsStream, bytes: Buffer): Promise<void> => {
-    let response: DiscoveryResponse;
-    try {
-      response = decode(bytes);
-    } catch (error) {
-      const reason = new Error(`not a DiscoveryResponse: ${(error as Error).message}`);
-      options.onRejected(reason, '');
-      answer(from, {}, reason);
-      return;
+/** Loads a response's rules; throws, or rejects, with why they are refused. */
+function loadResponse(
+  load: XdsClientOptions['load'],
+  response: DiscoveryResponse,
+  version: string,
+): Promise<RuleSet> {
+  if (response.type_url !== RATE_LIMIT_CONFIG_TYPE) {
+    throw new Error(
+      `type '${response.type_url ?? ''}' is not ${RATE_LIMIT_CONFIG_TYPE}, the only one asked for`,
+    );
+  }
+  return load({ kind: 'xds', version, resources: response.resources ?? [] });
+}
+
+/** What handling an update needs from the rest of the client. */
+interface UpdateContext {
+  decode: (bytes: Buffer) => DiscoveryResponse;
+  options: Pick<XdsClientOptions, 'load' | 'onApplied' | 'onRejected'>;
+  state: XdsState;
+  refusals: Refusals;
+}
+
+/** Decodes one response and loads it, or answers it from memory when it was refused before. */
+async function handleUpdate(context: UpdateContext, update: PendingUpdate): Promise<void> {
+  const { options, state, refusals } = context;
+  const { stream: from, bytes } = update;
+  let response: DiscoveryResponse;
+  try {
+    response = context.decode(bytes);
+  } catch (error) {
+    const reason = new Error(`not a DiscoveryResponse: ${(error as Error).message}`);
+    options.onRejected(reason, '');
+    answer(state, from, {}, reason);
+    return;
+  }
+  const version = response.version_info ?? '';
+  const print = fingerprint(response);
+  clearTimeout(refusals.repeatTimer);
+  const refusal = refusals.reasons.get(print);
+  if (refusal !== undefined) {
+    refusals.repeatTimer = setTimeout(
+      () => answer(state, from, response, refusal),
+      REPEAT_NACK_DELAY_MS,
+    );
+    refusals.repeatTimer.unref();
+    return;
+  }
+  try {
+    const rules = await loadResponse(options.load, response, version);
+    if (state.closed) return;
+    state.applied = version;
+    options.onApplied(rules, version);
+    answer(state, from, response);
+  } catch (error) {
+    if (state.closed) return;
+    const reason = error instanceof Error ? error : new Error(String(error));
+    rememberRefusal(refusals, print, reason);
+    options.onRejected(reason, version);
+    answer(state, from, response, reason);
+  }
+}
+
+/**
+ * The update waiting to load, and the pace of loads. One that arrives while another waits
+ * replaces it undecoded: state of the world, only the latest matters.
+ */
+interface LoadQueue {
+  pending: PendingUpdate | undefined;
+  /** Whether the load loop runs: updates load one at a time. */
+  loading: boolean;
+  gapMs: number;
+  lastLoadEnded: number;
+}
+
+function createLoadQueue(): LoadQueue {
+  return { pending: undefined, loading: false, gapMs: LOAD_GAP_MS.first, lastLoadEnded: -Infinity };
+}
+
+/**
+ * Loads the pending update, then any that arrived meanwhile, until none waits or the client
+ * closes. Only this loop takes the pending update away; others only replace it, so after the gap's
+ * sleep one still waits, perhaps a newer one, and only a close ends the loop there.
+ */
+async function loadPending(
+  queue: LoadQueue,
+  state: Readonly<XdsState>,
+  handle: (update: PendingUpdate) => Promise<void>,
+): Promise<void> {
+  if (queue.loading) return;
+  queue.loading = true;
+  while (queue.pending !== undefined && !state.closed) {
+    // Loading never takes much of the serving thread's time, nor of the loader's core, from
+    // calls: the next response waits out the gap.
+    const waitMs = queue.lastLoadEnded + queue.gapMs - performance.now();
+    if (waitMs > 0) {
+      await new Promise((resolve) => setTimeout(resolve, waitMs));
+      queue.gapMs = Math.min(queue.gapMs * 2, LOAD_GAP_MS.last);
+      if (state.closed) break;
+    } else {
+      queue.gapMs = LOAD_GAP_MS.first;
     }
-    const version = response.version_info ?? '';
-    const print = fingerprint(response);
-    clearTimeout(repeatTimer);
-    const refusal = refused.get(print);
-    if (refusal !== undefined) {
-      repeatTimer = setTimeout(() => answer(from, response, refusal), REPEAT_NACK_DELAY_MS);
-      repeatTimer.unref();
-      return;
-    }
-    try {
-      if (response.type_url !== RATE_LIMIT_CONFIG_TYPE) {
-        throw new Error(
-          `type '${response.type_url ?? ''}' is not ${RATE_LIMIT_CONFIG_TYPE}, the only one asked for`,
-        );
-      }
-      const rules = await options.load({
-        kind: 'xds',
-        version,
-        resources: response.resources ?? [],
-      });
-      if (closed) return;
-      applied = version;
-      options.onApplied(rules, version);
-      answer(from, response);
-    } catch (error) {
-      if (closed) return;
-      const reason = error instanceof Error ? error : new Error(String(error));
-      refused.set(print, reason);
-      if (refused.size > REFUSED_REMEMBERED) refused.delete(refused.keys().next().value as string);
-      options.onRejected(reason, version);
-      answer(from, response, reason);
-    }
-  };
+    const update = queue.pending;
+    queue.pending = undefined;
+    await handle(update);
+    queue.lastLoadEnded = performance.now();
+  }
+  queue.loading = false;
+}
 
-  const loadNext = async (): Promise<void> => {
-    if (loading) return;
-    loading = true;
-    while (pending !== undefined && !closed) {
-      // Loading never takes much of the serving thread's time, nor of the loader's core, from
-      // calls: the next response waits out the gap.
-      const waitMs = lastLoadEnded + gapMs - performance.now();
-      if (waitMs > 0) {
-        await new Promise((resolve) => setTimeout(resolve, waitMs));
-        gapMs = Math.min(gapMs * 2, LOAD_GAP_MS.last);
-        if (closed) break;
-      } else {
-        gapMs = LOAD_GAP_MS.first;
-      }
-      const { stream: from, bytes } = pending;
-      pending = undefined;
-      await handle(from, bytes);
-      lastLoadEnded = performance.now();
-    }
-    loading = false;
+export function startXdsClient(options: XdsClientOptions): XdsClient {
+  const { settings } = options;
+  const { Client, decode } = adsClient();
+  const client = new Client(
+    settings.serverUrl,
+    credentialsOf(settings),
+    channelOptionsOf(settings),
+  );
+  const state: XdsState = {
+    closed: false,
+    applied: undefined,
+    stream: undefined,
+    retry: undefined,
   };
+  const refusals: Refusals = { reasons: new Map(), repeatTimer: undefined };
+  const queue = createLoadQueue();
+  const handle = (update: PendingUpdate) =>
+    handleUpdate({ decode, options, state, refusals }, update);
 
-  const open = () => {
-    retry = undefined;
-    if (closed) return;
-    const metadata = new grpc.Metadata();
-    for (const [key, value] of Object.entries(settings.additionalHeaders)) {
-      metadata.set(key.toLowerCase(), value);
-    }
-    const call = (
-      client as unknown as { StreamAggregatedResources(m: grpc.Metadata): AdsStream }
-    ).StreamAggregatedResources(metadata);
-    stream = call;
-    let answered = false;
-    call.on('data', (bytes: Buffer) => {
-      if (call !== stream) return;
-      if (!answered) {
-        answered = true;
-        everAnswered = true;
-        failures = 0;
-        options.onStream?.({ connected: true });
-      }
-      pending = { stream: call, bytes };
-      void loadNext();
-    });
-    let ended = false;
-    const lost = (error?: Error) => {
-      if (ended) return;
-      ended = true;
-      if (call !== stream || closed) return;
-      stream = undefined;
-      const delay = nextDelay();
-      options.onStream?.({
-        connected: false,
-        error: error ?? new Error('the management server ended the stream'),
-        retryInMs: delay,
-      });
-      retry = setTimeout(open, delay);
-      retry.unref();
-    };
-    call.on('error', (error: Error) => lost(error));
-    call.on('end', () => lost());
-    call.write({
-      version_info: applied ?? '',
-      node,
-      resource_names: [],
-      type_url: RATE_LIMIT_CONFIG_TYPE,
-      response_nonce: '',
-    });
-  };
-
-  const nextDelay = (): number => {
-    if (!everAnswered) return settings.connectRetryIntervalMs;
-    const { initialMs, maxMs, randomFactor, jitter } = settings.backoff;
-    const base = Math.min(maxMs, initialMs * 2 ** Math.min(failures, 30));
-    failures += 1;
-    if (!jitter) return base;
-    return Math.max(1, Math.round(base * (1 + randomFactor * (2 * Math.random() - 1))));
-  };
-
-  open();
+  openStream({
+    client,
+    headers: settings.additionalHeaders,
+    node: nodeOf(settings, options.version),
+    state,
+    backoff: createReconnectBackoff(settings),
+    events: options,
+    onResponse: (update) => {
+      queue.pending = update;
+      void loadPending(queue, state, handle);
+    },
+  });
   return {
     get version() {
-      return applied;
+      return state.applied;
     },
     close() {
-      closed = true;
-      clearTimeout(retry);
-      clearTimeout(repeatTimer);
-      stream?.cancel();
-      stream = undefined;
+      state.closed = true;
+      clearTimeout(state.retry);
+      clearTimeout(refusals.repeatTimer);
+      state.stream?.cancel();
+      state.stream = undefined;
       client.close();
     },
   };
