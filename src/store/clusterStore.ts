@@ -55,112 +55,27 @@ export interface ClusterStoreOptions {
 }
 
 export function createClusterStore(backend: SlotBackend, options: ClusterStoreOptions): Store {
-  const { timeoutMs, classify } = options;
-  const skewToleranceMs = options.clockSkewToleranceMs;
-  const refunds = new Set<Promise<void>>();
-
-  async function call<T>(script: ScriptCall, read: (reply: unknown) => T): Promise<T> {
-    try {
-      return read(await withDeadline(backend.run(script), timeoutMs));
-    } catch (error) {
-      throw classify(error);
-    }
-  }
-
-  function refund(checks: CounterCheck[], atMs: number): void {
-    const sent: Promise<void> = call(
-      { script: 'decision', args: refundArgs(checks, atMs) },
-      () => undefined,
-    )
-      .catch((error: StoreError) => options.onError?.(error))
-      .finally(() => refunds.delete(sent));
-    refunds.add(sent);
-  }
-
-  async function decideAcrossSlots(
-    checks: readonly CounterCheck[],
-    groups: number[][],
-    nowMs: number | undefined,
-  ): Promise<StoreDecision> {
-    const calls = await Promise.allSettled(
-      groups.map((group) => {
-        const part = group.map((index) => checks[index] as CounterCheck);
-        const args = decideArgs(part, { nowMs, skewToleranceMs }, true);
-        return call({ script: 'decision', args }, (reply) => readPartDecision(reply, part.length));
-      }),
-    );
-    const results = new Array<CounterResult>(checks.length);
-    let failure: StoreError | undefined;
-    let allowed = true;
-    let quotas = 0;
-    let quotaFits = false;
-    calls.forEach((settled, g) => {
-      if (settled.status === 'rejected') {
-        failure ??= classify(settled.reason);
-        return;
-      }
-      if (!settled.value.allowed) allowed = false;
-      (groups[g] as number[]).forEach((index, i) => {
-        const check = checks[index] as CounterCheck;
-        const result = settled.value.results[i] as CounterResult;
-        results[index] = result;
-        if (check.quota && !check.shadow) {
-          quotas += 1;
-          if (result.fits) quotaFits = true;
-        }
-      });
-    });
-    allowed &&= quotas === 0 || quotaFits;
-    if (failure === undefined && allowed) return { allowed, results };
-
-    calls.forEach((settled, g) => {
-      if (settled.status === 'rejected' || !settled.value.allowed) return;
-      const decision: CallDecision = settled.value;
-      const back: CounterCheck[] = [];
-      (groups[g] as number[]).forEach((index, i) => {
-        const check = checks[index] as CounterCheck;
-        if (!refundable(check, decision.results[i] as CounterResult)) return;
-        back.push(check);
-        // What the counter reports on a denial: as if never consumed.
-        results[index] = decision.kept[i] as CounterResult;
-      });
-      if (back.length > 0) refund(back, decision.atMs);
-    });
-    if (failure !== undefined) throw failure;
-    return { allowed: false, results };
-  }
-
-  /** Runs `each` on every slot's keys at once, and adds up what they count. */
-  const perSlot = async (keys: readonly string[], each: (group: string[]) => Promise<number>) => {
-    const counts = await Promise.all(
-      bySlot(keys).map(async (group) => {
-        try {
-          return await each(group.map((index) => keys[index] as string));
-        } catch (error) {
-          throw classify(error);
-        }
-      }),
-    );
-    return counts.reduce((sum, count) => sum + count, 0);
+  const { classify } = options;
+  const call = boundedCall(backend, options.timeoutMs, classify);
+  const refunds = createRefunds(call, options.onError);
+  const path: ClusterPath = {
+    call,
+    refunds,
+    classify,
+    skewToleranceMs: options.clockSkewToleranceMs,
   };
 
   return {
     async decide(checks, nowMs) {
-      const groups = bySlot(checks.map((check) => check.key));
-      if (groups.length === 1) {
-        return call(decideCall(checks, { nowMs, skewToleranceMs }), (reply) =>
-          readDecision(reply, checks.length),
-        );
-      }
-      return decideAcrossSlots(checks, groups, nowMs);
+      return decideOnCluster(path, checks, nowMs);
     },
 
     async reset(keys) {
-      return perSlot(keys, (group) => backend.del(group));
+      return countPerSlot(keys, (group) => backend.del(group), classify);
     },
 
     async exists(keys) {
-      return perSlot(keys, (group) => backend.exists(group));
+      return countPerSlot(keys, (group) => backend.exists(group), classify);
     },
 
     async ping() {
@@ -181,10 +96,167 @@ export function createClusterStore(backend: SlotBackend, options: ClusterStoreOp
 
     async close() {
       // Refunds under way still give back what they owe, each within REDIS_TIMEOUT.
-      await Promise.allSettled([...refunds]);
+      await refunds.landed();
       await backend.close();
     },
   };
+}
+
+/** One script call on its slot's master, bounded by REDIS_TIMEOUT; it rejects with StoreError. */
+type SlotCall = <T>(script: ScriptCall, read: (reply: unknown) => T) => Promise<T>;
+
+/** Refunds sent without waiting for them, kept until they land so that closing can await them. */
+interface Refunds {
+  /** Gives back what `checks` consumed in the window of `atMs`. */
+  send(checks: CounterCheck[], atMs: number): void;
+  landed(): Promise<unknown>;
+}
+
+/** What deciding a request needs, built once per store. */
+interface ClusterPath {
+  call: SlotCall;
+  refunds: Refunds;
+  classify(error: unknown): StoreError;
+  skewToleranceMs: number;
+}
+
+function boundedCall(
+  backend: SlotBackend,
+  timeoutMs: number,
+  classify: (error: unknown) => StoreError,
+): SlotCall {
+  return async (script, read) => {
+    try {
+      return read(await withDeadline(backend.run(script), timeoutMs));
+    } catch (error) {
+      throw classify(error);
+    }
+  };
+}
+
+/** A refund's failure goes to `onError`: its request was already answered. */
+function createRefunds(call: SlotCall, onError?: (error: StoreError) => void): Refunds {
+  const pending = new Set<Promise<void>>();
+  return {
+    send(checks, atMs) {
+      const sent: Promise<void> = call(
+        { script: 'decision', args: refundArgs(checks, atMs) },
+        () => undefined,
+      )
+        .catch((error: StoreError) => onError?.(error))
+        .finally(() => pending.delete(sent));
+      pending.add(sent);
+    },
+    landed: () => Promise.allSettled([...pending]),
+  };
+}
+
+/** A request whose counters share a slot is one call, as on a single Redis; others go per slot. */
+function decideOnCluster(
+  path: ClusterPath,
+  checks: readonly CounterCheck[],
+  nowMs: number | undefined,
+): Promise<StoreDecision> {
+  const groups = bySlot(checks.map((check) => check.key));
+  if (groups.length === 1) {
+    return path.call(
+      decideCall(checks, { nowMs, skewToleranceMs: path.skewToleranceMs }),
+      (reply) => readDecision(reply, checks.length),
+    );
+  }
+  return decideAcrossSlots(path, checks, groups, nowMs);
+}
+
+/**
+ * Every slot's counters in one call each, all at once; the request is allowed when every call
+ * allowed and, with quota counters, one fit on some slot. Otherwise what was consumed is refunded.
+ */
+async function decideAcrossSlots(
+  path: ClusterPath,
+  checks: readonly CounterCheck[],
+  groups: number[][],
+  nowMs: number | undefined,
+): Promise<StoreDecision> {
+  const { classify, skewToleranceMs } = path;
+  const calls = await Promise.allSettled(
+    groups.map((group) => {
+      const part = group.map((index) => checks[index] as CounterCheck);
+      const args = decideArgs(part, { nowMs, skewToleranceMs }, true);
+      return path.call({ script: 'decision', args }, (reply) =>
+        readPartDecision(reply, part.length),
+      );
+    }),
+  );
+  const results = new Array<CounterResult>(checks.length);
+  let failure: StoreError | undefined;
+  let allowed = true;
+  let quotas = 0;
+  let quotaFits = false;
+  calls.forEach((settled, g) => {
+    if (settled.status === 'rejected') {
+      failure ??= classify(settled.reason);
+      return;
+    }
+    if (!settled.value.allowed) allowed = false;
+    (groups[g] as number[]).forEach((index, i) => {
+      const check = checks[index] as CounterCheck;
+      const result = settled.value.results[i] as CounterResult;
+      results[index] = result;
+      if (check.quota && !check.shadow) {
+        quotas += 1;
+        if (result.fits) quotaFits = true;
+      }
+    });
+  });
+  allowed &&= quotas === 0 || quotaFits;
+  if (failure === undefined && allowed) return { allowed, results };
+
+  refundConsumed(path.refunds, checks, groups, calls, results);
+  if (failure !== undefined) throw failure;
+  return { allowed: false, results };
+}
+
+/**
+ * The request was denied or failed: the calls that allowed their slot's counters are refunded,
+ * and those counters' results become what a denial reports, as if never consumed.
+ */
+function refundConsumed(
+  refunds: Refunds,
+  checks: readonly CounterCheck[],
+  groups: number[][],
+  calls: PromiseSettledResult<CallDecision>[],
+  results: CounterResult[],
+): void {
+  calls.forEach((settled, g) => {
+    if (settled.status === 'rejected' || !settled.value.allowed) return;
+    const decision: CallDecision = settled.value;
+    const back: CounterCheck[] = [];
+    (groups[g] as number[]).forEach((index, i) => {
+      const check = checks[index] as CounterCheck;
+      if (!refundable(check, decision.results[i] as CounterResult)) return;
+      back.push(check);
+      results[index] = decision.kept[i] as CounterResult;
+    });
+    if (back.length > 0) refunds.send(back, decision.atMs);
+  });
+}
+
+/** Runs `each` on every slot's keys at once, and adds up what they count. */
+async function countPerSlot(
+  keys: readonly string[],
+  each: (group: string[]) => Promise<number>,
+  classify: (error: unknown) => StoreError,
+): Promise<number> {
+  const counts = await Promise.all(
+    bySlot(keys).map(async (group) => {
+      try {
+        return await each(group.map((index) => keys[index] as string));
+      } catch (error) {
+        throw classify(error);
+      }
+    }),
+  );
+  return counts.reduce((sum, count) => sum + count, 0);
 }
 
 /** The indexes of `keys`, grouped by cluster slot, in order of first appearance. */

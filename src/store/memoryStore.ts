@@ -1,4 +1,4 @@
-import type { CounterCheck, Store, StoreDecision } from './Store.js';
+import type { CounterCheck, CounterResult, Store, StoreDecision } from './Store.js';
 import { ALGORITHM_IMPLS, type CounterState, type Loaded } from './algorithms.js';
 
 /**
@@ -18,129 +18,20 @@ interface Slot {
   expiresAt: number;
 }
 
+/** Every live counter by key; what `decide` reads and writes. */
+type Counters = Map<string, Slot>;
+
 export function createMemoryStore(options: MemoryStoreOptions = {}): Store & { size(): number } {
   const clock = options.clock ?? Date.now;
-  const counters = new Map<string, Slot>();
-
-  const sweep = setInterval(() => {
-    const now = clock();
-    for (const [key, slot] of counters) if (slot.expiresAt <= now) counters.delete(key);
-  }, options.sweepIntervalMs ?? 10_000);
-  sweep.unref();
-
-  function read(key: string, now: number): CounterState | undefined {
-    const slot = counters.get(key);
-    if (slot === undefined) return undefined;
-    if (slot.expiresAt <= now) {
-      counters.delete(key);
-      return undefined;
-    }
-    return slot.state;
-  }
-
-  /** lua/dispatch.lua's count_as_reference: settles the reference counters, in order. */
-  function countAsReference(
-    checks: readonly CounterCheck[],
-    states: readonly Loaded[],
-    verdicts: (boolean | undefined)[],
-  ): Map<number, number> | undefined {
-    if (!checks.some((check) => check.reference)) return undefined;
-    const counts = new Map<number, number>();
-    const near = checks.map((check, i) => {
-      const counting = check.reference;
-      if (!counting?.stop || counting.cached) return false;
-      return (states[i] as Loaded).c + check.cost > check.limit;
-    });
-    const nearAny = near.includes(true);
-    const live = new Map<string, Loaded>();
-    for (const [i, check] of checks.entries()) {
-      const counting = check.reference;
-      if (counting === undefined) continue;
-      const state = live.get(check.key) ?? (states[i] as Loaded);
-      live.set(check.key, state);
-      if (counting.cached) {
-        verdicts[i] = false;
-        counts.set(i, state.c);
-        continue;
-      }
-      const held = counting.stop && (counting.held || (nearAny && !near[i]));
-      const add = held ? 0 : check.cost;
-      if (add > 0) {
-        state.c += add;
-        const rest = state.window - state.e;
-        counters.set(check.key, {
-          state: { t: state.now, w: state.index, c: state.c },
-          expiresAt: state.now + rest,
-        });
-      }
-      verdicts[i] = state.c <= check.limit;
-      counts.set(i, state.c);
-    }
-    return counts;
-  }
+  const counters: Counters = new Map();
+  const sweep = startSweep(counters, clock, options.sweepIntervalMs ?? 10_000);
 
   return {
     async decide(
       checks: readonly CounterCheck[],
       nowMs: number | undefined,
     ): Promise<StoreDecision> {
-      const now = nowMs ?? clock();
-      const states: Loaded[] = [];
-      const verdicts: (boolean | undefined)[] = [];
-      let enforced = true;
-      let quotas = 0;
-      let quotaFits = false;
-      for (const check of checks) {
-        const algorithm = ALGORITHM_IMPLS[check.algorithm];
-        const state = algorithm.load(read(check.key, now), now, check.windowMs);
-        states.push(state);
-        verdicts.push(
-          check.reference
-            ? undefined
-            : algorithm.fits(state, check.limit, check.burst, Math.max(check.cost, 1)),
-        );
-      }
-      const counts = countAsReference(checks, states, verdicts);
-      for (const [i, check] of checks.entries()) {
-        const fits = verdicts[i];
-        if (check.shadow) continue;
-        if (check.quota) {
-          quotas += 1;
-          if (fits) quotaFits = true;
-        } else if (!fits) {
-          enforced = false;
-        }
-      }
-      const allowed = enforced && (quotas === 0 || quotaFits);
-
-      const results = checks.map((check, i) => {
-        const state = states[i] as Loaded;
-        const fits = verdicts[i];
-        if (check.reference) {
-          const count = counts?.get(i) as number;
-          return { fits: fits === true, remaining: count, resetMs: state.window - state.e };
-        }
-        let commit = check.shadow
-          ? fits === true
-          : check.quota
-            ? allowed && fits === true
-            : allowed;
-        if (check.overdraw) commit = true;
-        const settled = ALGORITHM_IMPLS[check.algorithm].settle(
-          state,
-          check.limit,
-          check.cost,
-          fits,
-          commit,
-        );
-        if (settled.write) {
-          // Lifetimes count from the counter's own time, which never runs backwards.
-          const expiresAt = state.now + (settled.ttl ?? 0);
-          counters.set(check.key, { state: settled.write, expiresAt });
-        }
-        return { fits: fits === true, remaining: settled.remaining, resetMs: settled.reset };
-      });
-      return { allowed, results };
+      return decideInMemory(counters, checks, nowMs ?? clock());
     },
 
     async reset(keys: readonly string[]) {
@@ -166,4 +57,145 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store & { s
 
     size: () => counters.size,
   };
+}
+
+/** Drops expired counters every `intervalMs`, without holding the process open. */
+function startSweep(counters: Counters, clock: () => number, intervalMs: number): NodeJS.Timeout {
+  const sweep = setInterval(() => {
+    const now = clock();
+    for (const [key, slot] of counters) if (slot.expiresAt <= now) counters.delete(key);
+  }, intervalMs);
+  sweep.unref();
+  return sweep;
+}
+
+/**
+ * One request decided as lua/dispatch.lua decides it: load every counter and judge whether it
+ * fits, count the reference counters, gate the request, then settle each counter.
+ */
+function decideInMemory(
+  counters: Counters,
+  checks: readonly CounterCheck[],
+  now: number,
+): StoreDecision {
+  const states: Loaded[] = [];
+  const verdicts: (boolean | undefined)[] = [];
+  for (const check of checks) {
+    const algorithm = ALGORITHM_IMPLS[check.algorithm];
+    const state = algorithm.load(read(counters, check.key, now), now, check.windowMs);
+    states.push(state);
+    verdicts.push(
+      check.reference
+        ? undefined
+        : algorithm.fits(state, check.limit, check.burst, Math.max(check.cost, 1)),
+    );
+  }
+  const counts = countAsReference(counters, checks, states, verdicts);
+  const allowed = isAllowed(checks, verdicts);
+  const results = checks.map((check, i) => {
+    const state = states[i] as Loaded;
+    if (!check.reference) return settle(counters, check, state, verdicts[i], allowed);
+    const count = counts?.get(i) as number;
+    return { fits: verdicts[i] === true, remaining: count, resetMs: state.window - state.e };
+  });
+  return { allowed, results };
+}
+
+/** Consumes what the gate allows of one counter, and answers its result. */
+function settle(
+  counters: Counters,
+  check: CounterCheck,
+  state: Loaded,
+  fits: boolean | undefined,
+  allowed: boolean,
+): CounterResult {
+  let commit = check.shadow ? fits === true : check.quota ? allowed && fits === true : allowed;
+  if (check.overdraw) commit = true;
+  const settled = ALGORITHM_IMPLS[check.algorithm].settle(
+    state,
+    check.limit,
+    check.cost,
+    fits,
+    commit,
+  );
+  if (settled.write) {
+    // Lifetimes count from the counter's own time, which never runs backwards.
+    const expiresAt = state.now + (settled.ttl ?? 0);
+    counters.set(check.key, { state: settled.write, expiresAt });
+  }
+  return { fits: fits === true, remaining: settled.remaining, resetMs: settled.reset };
+}
+
+/** The all-or-nothing gate (see Store.ts): every enforced counter fits, and a quota one if any. */
+function isAllowed(
+  checks: readonly CounterCheck[],
+  verdicts: readonly (boolean | undefined)[],
+): boolean {
+  let enforced = true;
+  let quotas = 0;
+  let quotaFits = false;
+  for (const [i, check] of checks.entries()) {
+    const fits = verdicts[i];
+    if (check.shadow) continue;
+    if (check.quota) {
+      quotas += 1;
+      if (fits) quotaFits = true;
+    } else if (!fits) {
+      enforced = false;
+    }
+  }
+  return enforced && (quotas === 0 || quotaFits);
+}
+
+/** A live counter's state, or undefined when there is none; an expired one is dropped. */
+function read(counters: Counters, key: string, now: number): CounterState | undefined {
+  const slot = counters.get(key);
+  if (slot === undefined) return undefined;
+  if (slot.expiresAt <= now) {
+    counters.delete(key);
+    return undefined;
+  }
+  return slot.state;
+}
+
+/** lua/dispatch.lua's count_as_reference: settles the reference counters, in order. */
+function countAsReference(
+  counters: Counters,
+  checks: readonly CounterCheck[],
+  states: readonly Loaded[],
+  verdicts: (boolean | undefined)[],
+): Map<number, number> | undefined {
+  if (!checks.some((check) => check.reference)) return undefined;
+  const counts = new Map<number, number>();
+  const near = checks.map((check, i) => {
+    const counting = check.reference;
+    if (!counting?.stop || counting.cached) return false;
+    return (states[i] as Loaded).c + check.cost > check.limit;
+  });
+  const nearAny = near.includes(true);
+  const live = new Map<string, Loaded>();
+  for (const [i, check] of checks.entries()) {
+    const counting = check.reference;
+    if (counting === undefined) continue;
+    const state = live.get(check.key) ?? (states[i] as Loaded);
+    live.set(check.key, state);
+    if (counting.cached) {
+      verdicts[i] = false;
+      counts.set(i, state.c);
+      continue;
+    }
+    const held = counting.stop && (counting.held || (nearAny && !near[i]));
+    const add = held ? 0 : check.cost;
+    if (add > 0) {
+      state.c += add;
+      const rest = state.window - state.e;
+      counters.set(check.key, {
+        state: { t: state.now, w: state.index, c: state.c },
+        expiresAt: state.now + rest,
+      });
+    }
+    verdicts[i] = state.c <= check.limit;
+    counts.set(i, state.c);
+  }
+  return counts;
 }

@@ -63,6 +63,11 @@ export interface RedisStoreOptions {
 
 type DecideCommand = (...args: ScriptArgs) => Promise<unknown>;
 
+/** A call bounded by REDIS_TIMEOUT (and, on a single connection, watched for silence). */
+type Bounded = <T>(call: Promise<T>) => Promise<T>;
+
+type Explain = (error: unknown) => StoreError;
+
 export function createRedisStore(settings: RedisSettings, options: RedisStoreOptions = {}): Store {
   if (settings.type === 'cluster') {
     return createClusterStore(clusterBackend(settings, options), {
@@ -72,103 +77,21 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
       onError: options.onError,
     });
   }
-  const redis = new Redis({
-    ...(settings.type === 'sentinel' ? sentinelOptions(settings) : singleOptions(settings)),
-    // The ready check sends INFO, which the least-privilege ACL user lacks (docs/redis.md). Without
-    // it, a Redis still loading its data answers LOADING, which fails fast like any outage.
-    enableReadyCheck: false,
-    enableOfflineQueue: false,
-    // Off, though it would halve the CPU spent writing to the socket under load: ioredis sends
-    // the next pipeline only once the last is answered, so behind a stalled Redis a call would
-    // wait out another call's timeout before its own began, twice REDIS_TIMEOUT in all.
-    enableAutoPipelining: false,
-    maxRetriesPerRequest: 0,
-    // No commandTimeout: every call is bounded by withDeadline instead, which does not count the
-    // service's own lateness against Redis.
-    connectTimeout: Math.max(1_000, settings.timeoutMs),
-    // Keep reconnecting, never faster than every 50 ms nor slower than every second.
-    retryStrategy: (attempt) => Math.min(50 * attempt, 1_000),
-  });
-  // ioredis reports connection trouble as events; the calls themselves fail fast meanwhile.
-  // A call made while there is no connection fails at once with ioredis's "not writeable": the
-  // reason there is none (refused, wrong password, TLS) is the last connection error, which is
-  // what such a call reports.
-  let connectionError: StoreError | undefined;
-  redis.on('error', (error: Error) => {
-    connectionError = classify(error);
-    options.onError?.(connectionError);
-  });
-  const explain = (error: unknown): StoreError => {
-    const classified = classify(error);
-    return classified.kind === 'connection' && connectionError !== undefined && isUnsent(error)
-      ? connectionError
-      : classified;
-  };
+  const redis = connectRedis(settings);
+  const { explain, answered } = watchConnectionErrors(redis, options.onError);
   const lua = loadDecisionScript();
   const sha = scriptSha(lua);
   const scripts = defineScripts(redis, lua);
-  const timeoutMs = settings.timeoutMs;
-  const silentMs = Math.max(1_000, 4 * timeoutMs);
-  const silence = createSilenceWatch(
-    silentMs,
-    (waiting) => {
-      options.onSilentConnection?.(silentMs, waiting);
-      // Destroyed, not ended: ending would wait for the silent server to close its side. ioredis
-      // then fails the waiting calls and reconnects, as after any lost connection.
-      redis.stream?.destroy();
-    },
-    // Connected and answered: an earlier connection error no longer explains anything.
-    () => (connectionError = undefined),
-  );
-  /** Every call: bounded by REDIS_TIMEOUT, and watched for a silent connection. */
-  const bounded = <T>(call: Promise<T>) =>
-    withDeadline(silence.track(call), timeoutMs, silence.timedOut);
-  const decide = (call: ScriptCall) => bounded(scripts[call.script](...call.args));
-  /** DEL or EXISTS: one bounded call that answers how many of `keys` it found. */
-  const countKeys = async (
-    keys: readonly string[],
-    command: (keys: readonly string[]) => Promise<number>,
-  ): Promise<number> => {
-    if (keys.length === 0) return 0;
-    try {
-      return await bounded(command(keys));
-    } catch (error) {
-      throw explain(error);
-    }
-  };
-  const skewToleranceMs = options.clockSkewToleranceMs ?? 0;
-
-  const decideBatched = createBatcher({
-    limit: options.batchLimit ?? 1,
-    windowMs: options.batchWindowMs ?? 0,
-    async sendOne(checks, nowMs) {
-      try {
-        const reply = await decide(decideCall(checks, { nowMs, skewToleranceMs }));
-        return readDecision(reply, checks.length);
-      } catch (error) {
-        throw explain(error);
-      }
-    },
-    async sendBatch(requests) {
-      let reply: unknown;
-      try {
-        reply = await decide(batchCall(requests, skewToleranceMs));
-      } catch (error) {
-        throw explain(error);
-      }
-      // A request whose counter failed gets its error; the others their decisions.
-      return readBatch(reply, requests).map((decided) =>
-        decided instanceof Error ? explain(decided) : decided,
-      );
-    },
-  });
+  const bounded = boundCalls(redis, settings.timeoutMs, answered, options.onSilentConnection);
 
   return {
-    decide: decideBatched,
+    decide: batchedDecide(scripts, bounded, explain, options),
 
-    reset: (keys: readonly string[]) => countKeys(keys, (all) => redis.del(...all)),
+    reset: (keys: readonly string[]) =>
+      countKeys(keys, (all) => redis.del(...all), bounded, explain),
 
-    exists: (keys: readonly string[]) => countKeys(keys, (all) => redis.exists(...all)),
+    exists: (keys: readonly string[]) =>
+      countKeys(keys, (all) => redis.exists(...all), bounded, explain),
 
     async ping() {
       try {
@@ -193,6 +116,131 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
       redis.disconnect();
     },
   };
+}
+
+/** The connection to a single Redis or to the master Sentinel names, under fail-fast rules. */
+function connectRedis(settings: RedisSettings): Redis {
+  return new Redis({
+    ...(settings.type === 'sentinel' ? sentinelOptions(settings) : singleOptions(settings)),
+    // The ready check sends INFO, which the least-privilege ACL user lacks (docs/redis.md). Without
+    // it, a Redis still loading its data answers LOADING, which fails fast like any outage.
+    enableReadyCheck: false,
+    enableOfflineQueue: false,
+    // Off, though it would halve the CPU spent writing to the socket under load: ioredis sends
+    // the next pipeline only once the last is answered, so behind a stalled Redis a call would
+    // wait out another call's timeout before its own began, twice REDIS_TIMEOUT in all.
+    enableAutoPipelining: false,
+    maxRetriesPerRequest: 0,
+    // No commandTimeout: every call is bounded by withDeadline instead, which does not count the
+    // service's own lateness against Redis.
+    connectTimeout: Math.max(1_000, settings.timeoutMs),
+    // Keep reconnecting, never faster than every 50 ms nor slower than every second.
+    retryStrategy: (attempt) => Math.min(50 * attempt, 1_000),
+  });
+}
+
+/**
+ * ioredis reports connection trouble as events; the calls themselves fail fast meanwhile. A call
+ * made while there is no connection fails at once with ioredis's "not writeable": the reason
+ * there is none (refused, wrong password, TLS) is the last connection error, which is what such a
+ * call reports.
+ */
+interface ConnectionErrors {
+  /** Any failure of a call, as the StoreError it reports. */
+  explain: Explain;
+  /** Connected and answered: an earlier connection error no longer explains anything. */
+  answered: () => void;
+}
+
+function watchConnectionErrors(
+  redis: Redis,
+  onError: ((error: StoreError) => void) | undefined,
+): ConnectionErrors {
+  let connectionError: StoreError | undefined;
+  redis.on('error', (error: Error) => {
+    connectionError = classify(error);
+    onError?.(connectionError);
+  });
+  return {
+    explain: (error) => {
+      const classified = classify(error);
+      return classified.kind === 'connection' && connectionError !== undefined && isUnsent(error)
+        ? connectionError
+        : classified;
+    },
+    answered: () => (connectionError = undefined),
+  };
+}
+
+/** Every call: bounded by REDIS_TIMEOUT, and watched for a silent connection (see silence.ts). */
+function boundCalls(
+  redis: Redis,
+  timeoutMs: number,
+  onAnswer: () => void,
+  onSilentConnection: RedisStoreOptions['onSilentConnection'],
+): Bounded {
+  const silentMs = Math.max(1_000, 4 * timeoutMs);
+  const silence = createSilenceWatch(
+    silentMs,
+    (waiting) => {
+      onSilentConnection?.(silentMs, waiting);
+      // Destroyed, not ended: ending would wait for the silent server to close its side. ioredis
+      // then fails the waiting calls and reconnects, as after any lost connection.
+      redis.stream?.destroy();
+    },
+    onAnswer,
+  );
+  return (call) => withDeadline(silence.track(call), timeoutMs, silence.timedOut);
+}
+
+/** The per-call path: a request's checks go as one script call, alone or batched with others. */
+function batchedDecide(
+  scripts: Record<ScriptName, DecideCommand>,
+  bounded: Bounded,
+  explain: Explain,
+  options: RedisStoreOptions,
+): Store['decide'] {
+  const skewToleranceMs = options.clockSkewToleranceMs ?? 0;
+  const decide = (call: ScriptCall) => bounded(scripts[call.script](...call.args));
+  return createBatcher({
+    limit: options.batchLimit ?? 1,
+    windowMs: options.batchWindowMs ?? 0,
+    async sendOne(checks, nowMs) {
+      try {
+        const reply = await decide(decideCall(checks, { nowMs, skewToleranceMs }));
+        return readDecision(reply, checks.length);
+      } catch (error) {
+        throw explain(error);
+      }
+    },
+    async sendBatch(requests) {
+      let reply: unknown;
+      try {
+        reply = await decide(batchCall(requests, skewToleranceMs));
+      } catch (error) {
+        throw explain(error);
+      }
+      // A request whose counter failed gets its error; the others their decisions.
+      return readBatch(reply, requests).map((decided) =>
+        decided instanceof Error ? explain(decided) : decided,
+      );
+    },
+  });
+}
+
+/** DEL or EXISTS: one bounded call that answers how many of `keys` it found. */
+async function countKeys(
+  keys: readonly string[],
+  command: (keys: readonly string[]) => Promise<number>,
+  bounded: Bounded,
+  explain: Explain,
+): Promise<number> {
+  if (keys.length === 0) return 0;
+  try {
+    return await bounded(command(keys));
+  } catch (error) {
+    throw explain(error);
+  }
 }
 
 /**
@@ -222,7 +270,7 @@ async function runProbe(
   lua: string,
   sha: string,
   args: ScriptArgs,
-  bounded: <T>(call: Promise<T>) => Promise<T>,
+  bounded: Bounded,
 ): Promise<void> {
   const [numKeys, ...rest] = args as [number, ...(string | number)[]];
   readDecision(await bounded(node.eval(lua, numKeys, ...rest)), 1);
