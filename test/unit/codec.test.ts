@@ -196,11 +196,17 @@ describe('decoding a request', () => {
 
   it('rejects 100,000 descriptors (1 MB) at a fraction of the cost of decoding them', () => {
     const request = encode({ domain: 'api', descriptors: descriptors(100_000) });
+    // The fastest of five runs, after a warm-up: a pause of a loaded machine (or of the
+    // collector) lengthens one run, not all five.
     const time = (run: () => unknown) => {
-      run(); // warm up
-      const started = performance.now();
       run();
-      return performance.now() - started;
+      let fastest = Number.POSITIVE_INFINITY;
+      for (let i = 0; i < 5; i++) {
+        const started = performance.now();
+        run();
+        fastest = Math.min(fastest, performance.now() - started);
+      }
+      return fastest;
     };
     expect(rejection(request)).toMatch(/: 100000 descriptors exceed MAX_DESCRIPTORS \(64\)$/);
     expect(time(() => decode(request))).toBeLessThan(
