@@ -109,87 +109,137 @@ export function readSettings(env: Env = process.env): Settings {
   }
 }
 
+/** Each concern's settings are read by a function of its own; a few defaults follow COMPAT_MODE. */
 function readAll(env: Env): Settings {
-  const get = (name: string, fallback: string): string => text(env, name, fallback);
-  const configPath = env.CONFIG_PATH
-    ? env.CONFIG_PATH
-    : env.RUNTIME_ROOT
-      ? join(
-          env.RUNTIME_ROOT,
-          get('RUNTIME_SUBDIRECTORY', ''),
-          get('RUNTIME_APPDIRECTORY', 'config'),
-        )
-      : BUNDLED_RULES;
-
-  const redisTimeoutMs = duration(env, 'REDIS_TIMEOUT', '15ms');
   const compatMode = oneOf(env, 'COMPAT_MODE', ['off', 'reference'] as const, 'off');
   const reference = compatMode === 'reference';
-  // The reference remembers over-limit keys only when LOCAL_CACHE_SIZE_IN_BYTES asks it to.
-  const localCache =
-    reference && integer(env, 'LOCAL_CACHE_SIZE_IN_BYTES', 0, 0, Number.MAX_SAFE_INTEGER) > 0;
   const settings: Settings = {
-    grpcHost: get('GRPC_HOST', '0.0.0.0'),
+    ...readServers(env),
+    ...readRuleSource(env, reference),
+    ...readStore(env),
+    ...readRequests(env),
+    ...readDecisions(env, reference),
+    ...readResponses(env, reference),
+    ...readProcess(env),
+    ...readObservability(env),
+    compatMode,
+  };
+  if (settings.workers > 1 && !settings.redis) {
+    throw new SettingsError('WORKERS: more than 1 needs REDIS_URL, since workers share no memory');
+  }
+  return settings;
+}
+
+/** Where tollgate listens, and the bounds of its gRPC and HTTP servers. */
+function readServers(
+  env: Env,
+): Pick<Settings, 'grpcHost' | 'grpcPort' | 'grpcUds' | 'host' | 'port' | 'grpcServer' | 'http'> {
+  return {
+    grpcHost: text(env, 'GRPC_HOST', '0.0.0.0'),
     grpcPort: integer(env, 'GRPC_PORT', 8081, 0, 65_535),
     grpcUds: env.GRPC_UDS || undefined,
-    host: get('HOST', '0.0.0.0'),
+    host: text(env, 'HOST', '0.0.0.0'),
     port: integer(env, 'PORT', 8080, 0, 65_535),
-    configPath,
+    grpcServer: readGrpcServer(env, duration(env, 'REDIS_TIMEOUT', '15ms')),
+    http: readHttpServer(env),
+  };
+}
+
+/** Where the rules come from (a file, a directory or xDS), how they load and how they reload. */
+function readRuleSource(
+  env: Env,
+  reference: boolean,
+): Pick<
+  Settings,
+  | 'configPath'
+  | 'xds'
+  | 'defaultAlgorithm'
+  | 'mergeDomainConfig'
+  | 'configPollIntervalMs'
+  | 'configSettleMs'
+> {
+  return {
+    configPath: readConfigPath(env),
     xds: readXds(env),
-    redis: readRedis(env),
-    failureMode: oneOf(env, 'FAILURE_MODE', ['error', 'deny', 'allow'] as const, 'error'),
-    clock: oneOf(env, 'CLOCK', ['redis', 'local'] as const, 'redis'),
-    clockSkewToleranceMs: duration(env, 'CLOCK_SKEW_TOLERANCE', '5s', 0),
-    redisBatchLimit: integer(env, 'REDIS_BATCH_LIMIT', 16, 1, 1_000),
-    redisBatchWindowMs: duration(env, 'REDIS_BATCH_WINDOW', '0s', 0),
     defaultAlgorithm: oneOf(
       env,
       'DEFAULT_ALGORITHM',
       ALGORITHMS,
       reference ? 'fixed_window' : 'sliding_window',
     ),
-    cacheKeyPrefix: get('CACHE_KEY_PREFIX', ''),
-    shadowMode: boolean(env, 'SHADOW_MODE', false),
-    quotaMode: boolean(env, 'QUOTA_MODE', false),
-    rateLimitHeaders: oneOf(
-      env,
-      'RATELIMIT_HEADERS',
-      ['ietf', 'none'] as const,
-      reference ? 'none' : 'ietf',
-    ),
+    mergeDomainConfig: boolean(env, 'MERGE_DOMAIN_CONFIG', false),
+    configPollIntervalMs: duration(env, 'CONFIG_POLL_INTERVAL', '10s', 100),
+    configSettleMs: duration(env, 'CONFIG_SETTLE_TIME', '1s', 0),
+  };
+}
+
+/** CONFIG_PATH, else the reference's RUNTIME_ROOT layout, else the bundled example. */
+function readConfigPath(env: Env): string {
+  if (env.CONFIG_PATH) return env.CONFIG_PATH;
+  if (!env.RUNTIME_ROOT) return BUNDLED_RULES;
+  return join(
+    env.RUNTIME_ROOT,
+    text(env, 'RUNTIME_SUBDIRECTORY', ''),
+    text(env, 'RUNTIME_APPDIRECTORY', 'config'),
+  );
+}
+
+/** The counters' store, its keys, its clock, and what a check answers when it fails. */
+function readStore(
+  env: Env,
+): Pick<
+  Settings,
+  | 'redis'
+  | 'failureMode'
+  | 'clock'
+  | 'clockSkewToleranceMs'
+  | 'redisBatchLimit'
+  | 'redisBatchWindowMs'
+  | 'cacheKeyPrefix'
+> {
+  const store = {
+    redis: readRedis(env),
+    failureMode: oneOf(env, 'FAILURE_MODE', ['error', 'deny', 'allow'] as const, 'error'),
+    clock: oneOf(env, 'CLOCK', ['redis', 'local'] as const, 'redis'),
+    clockSkewToleranceMs: duration(env, 'CLOCK_SKEW_TOLERANCE', '5s', 0),
+    redisBatchLimit: integer(env, 'REDIS_BATCH_LIMIT', 16, 1, 1_000),
+    redisBatchWindowMs: duration(env, 'REDIS_BATCH_WINDOW', '0s', 0),
+    cacheKeyPrefix: text(env, 'CACHE_KEY_PREFIX', ''),
+  };
+  if (/[{}]/.test(store.cacheKeyPrefix)) {
+    throw new SettingsError(
+      'CACHE_KEY_PREFIX: may not contain { or }, which Redis reads as a hash tag',
+    );
+  }
+  return store;
+}
+
+/** How large a request may be, and whether it may override a limit. */
+function readRequests(
+  env: Env,
+): Pick<Settings, 'maxDescriptors' | 'maxEntries' | 'maxEntryBytes' | 'limitOverrides'> {
+  return {
     maxDescriptors: integer(env, 'MAX_DESCRIPTORS', 64, 1, 100_000),
     maxEntries: integer(env, 'MAX_ENTRIES', 16, 1, 10_000),
     maxEntryBytes: integer(env, 'MAX_ENTRY_BYTES', 1024, 1, 1 << 24),
     limitOverrides: boolean(env, 'LIMIT_OVERRIDES_ENABLED', true),
-    workers: integer(env, 'WORKERS', 1, 1, 1024),
-    logLevel: oneOf(
-      env,
-      'LOG_LEVEL',
-      ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const,
-      'info',
-    ),
-    logFormat: oneOf(env, 'LOG_FORMAT', ['json', 'text'] as const, 'json'),
-    mergeDomainConfig: boolean(env, 'MERGE_DOMAIN_CONFIG', false),
-    configPollIntervalMs: duration(env, 'CONFIG_POLL_INTERVAL', '10s', 100),
-    configSettleMs: duration(env, 'CONFIG_SETTLE_TIME', '1s', 0),
-    responseDynamicMetadata: boolean(env, 'RESPONSE_DYNAMIC_METADATA', false),
-    limitHeaders: {
-      enabled: boolean(env, 'LIMIT_RESPONSE_HEADERS_ENABLED', false),
-      limit: get('LIMIT_LIMIT_HEADER', 'RateLimit-Limit'),
-      remaining: get('LIMIT_REMAINING_HEADER', 'RateLimit-Remaining'),
-      reset: get('LIMIT_RESET_HEADER', 'RateLimit-Reset'),
-    },
-    metrics: {
-      nearLimitRatio: ratio(env, 'NEAR_LIMIT_RATIO', 0.8),
-      maxDetailedSeries: integer(env, 'METRICS_MAX_DETAILED_SERIES', 1000, 0, 1_000_000),
-    },
-    grpcServer: readGrpcServer(env, redisTimeoutMs),
-    http: {
-      maxConnections: integer(env, 'HTTP_MAX_CONNECTIONS', 1_000, 1, 1_000_000),
-      headersTimeoutMs: duration(env, 'HTTP_HEADERS_TIMEOUT', '10s', 1),
-      requestTimeoutMs: duration(env, 'HTTP_REQUEST_TIMEOUT', '30s', 1),
-      json: oneOf(env, 'HTTP_JSON', ['auto', 'on', 'off'] as const, 'auto'),
-    },
-    shutdownGraceMs: duration(env, 'SHUTDOWN_GRACE', '10s', 0),
+  };
+}
+
+/** How a decision is made: enforced or only counted, and what an over-limit counter skips. */
+function readDecisions(
+  env: Env,
+  reference: boolean,
+): Pick<
+  Settings,
+  'shadowMode' | 'quotaMode' | 'overLimitCacheSize' | 'stopIncrementWhenOverLimit'
+> {
+  // The reference remembers over-limit keys only when LOCAL_CACHE_SIZE_IN_BYTES asks it to.
+  const localCache =
+    reference && integer(env, 'LOCAL_CACHE_SIZE_IN_BYTES', 0, 0, Number.MAX_SAFE_INTEGER) > 0;
+  return {
+    shadowMode: boolean(env, 'SHADOW_MODE', false),
+    quotaMode: boolean(env, 'QUOTA_MODE', false),
     overLimitCacheSize: integer(
       env,
       'OVER_LIMIT_CACHE_SIZE',
@@ -197,25 +247,58 @@ function readAll(env: Env): Settings {
       0,
       10_000_000,
     ),
-    compatMode,
     stopIncrementWhenOverLimit: boolean(env, 'STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT', false),
+  };
+}
+
+/** What an answer carries besides its codes: headers and the rules' metadata. */
+function readResponses(
+  env: Env,
+  reference: boolean,
+): Pick<Settings, 'rateLimitHeaders' | 'responseDynamicMetadata' | 'limitHeaders'> {
+  return {
+    rateLimitHeaders: oneOf(
+      env,
+      'RATELIMIT_HEADERS',
+      ['ietf', 'none'] as const,
+      reference ? 'none' : 'ietf',
+    ),
+    responseDynamicMetadata: boolean(env, 'RESPONSE_DYNAMIC_METADATA', false),
+    limitHeaders: {
+      enabled: boolean(env, 'LIMIT_RESPONSE_HEADERS_ENABLED', false),
+      limit: text(env, 'LIMIT_LIMIT_HEADER', 'RateLimit-Limit'),
+      remaining: text(env, 'LIMIT_REMAINING_HEADER', 'RateLimit-Remaining'),
+      reset: text(env, 'LIMIT_RESET_HEADER', 'RateLimit-Reset'),
+    },
+  };
+}
+
+/** How many processes serve, and how long one drains. */
+function readProcess(env: Env): Pick<Settings, 'workers' | 'shutdownGraceMs'> {
+  return {
+    workers: integer(env, 'WORKERS', 1, 1, 1024),
+    shutdownGraceMs: duration(env, 'SHUTDOWN_GRACE', '10s', 0),
+  };
+}
+
+/** Logs, Prometheus metrics and statsd. */
+function readObservability(
+  env: Env,
+): Pick<Settings, 'logLevel' | 'logFormat' | 'metrics' | 'statsd'> {
+  return {
+    logLevel: oneOf(
+      env,
+      'LOG_LEVEL',
+      ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const,
+      'info',
+    ),
+    logFormat: oneOf(env, 'LOG_FORMAT', ['json', 'text'] as const, 'json'),
+    metrics: {
+      nearLimitRatio: ratio(env, 'NEAR_LIMIT_RATIO', 0.8),
+      maxDetailedSeries: integer(env, 'METRICS_MAX_DETAILED_SERIES', 1000, 0, 1_000_000),
+    },
     statsd: readStatsd(env),
   };
-
-  if (/[{}]/.test(settings.cacheKeyPrefix)) {
-    throw new SettingsError(
-      'CACHE_KEY_PREFIX: may not contain { or }, which Redis reads as a hash tag',
-    );
-  }
-  if (settings.http.headersTimeoutMs > settings.http.requestTimeoutMs) {
-    throw new SettingsError(
-      `HTTP_HEADERS_TIMEOUT: ${settings.http.headersTimeoutMs}ms is longer than HTTP_REQUEST_TIMEOUT (${settings.http.requestTimeoutMs}ms), which includes the headers`,
-    );
-  }
-  if (settings.workers > 1 && !settings.redis) {
-    throw new SettingsError('WORKERS: more than 1 needs REDIS_URL, since workers share no memory');
-  }
-  return settings;
 }
 
 /** `k1=v1,k2=v2` (or `k1:v1,...`, as the reference's map settings are written). */
@@ -324,6 +407,21 @@ function callTimeout(env: Env, redisTimeoutMs: number): number {
     );
   }
   return given;
+}
+
+function readHttpServer(env: Env): HttpServerSettings {
+  const http = {
+    maxConnections: integer(env, 'HTTP_MAX_CONNECTIONS', 1_000, 1, 1_000_000),
+    headersTimeoutMs: duration(env, 'HTTP_HEADERS_TIMEOUT', '10s', 1),
+    requestTimeoutMs: duration(env, 'HTTP_REQUEST_TIMEOUT', '30s', 1),
+    json: oneOf(env, 'HTTP_JSON', ['auto', 'on', 'off'] as const, 'auto'),
+  };
+  if (http.headersTimeoutMs > http.requestTimeoutMs) {
+    throw new SettingsError(
+      `HTTP_HEADERS_TIMEOUT: ${http.headersTimeoutMs}ms is longer than HTTP_REQUEST_TIMEOUT (${http.requestTimeoutMs}ms), which includes the headers`,
+    );
+  }
+  return http;
 }
 
 /** The Redis settings are validated even without REDIS_URL, so a typo never waits for later. */

@@ -117,87 +117,260 @@ interface Member {
   waiting: Map<number, (snapshot?: MetricsSnapshot) => void>;
 }
 
+/**
+ * Where the primary is in its life. Start-up and the drain may overlap: a SIGTERM, or a worker
+ * that fails to start, begins the drain before every worker is ready.
+ */
+interface Course {
+  starting: boolean;
+  stopping: boolean;
+  exitCode: number;
+  /** What stops start-up, as `tollgate: ` prints it; the first worker's only. */
+  startupError: string | undefined;
+}
+
+/** Composes the parts below; resolves once every worker is ready, or once a drain begins. */
 function runPrimary(settings: Settings, logger: Logger): Promise<void> {
-  // Bad rules stop start-up here, once, instead of in every worker and every replacement. Over
-  // xDS each worker keeps a stream of its own, and the management server is told what it refuses.
-  if (settings.xds === undefined) {
-    loadRules(settings.configPath, {
-      defaultAlgorithm: settings.defaultAlgorithm,
-      mergeDomainConfig: settings.mergeDomainConfig,
-    });
-  }
+  checkRulesOnce(settings);
   // Structured clone, so metric values such as NaN cross the channel intact.
   cluster.setupPrimary({ serialization: 'advanced' });
 
-  const members = new Map<number, Member>();
-  const streaks: number[] = Array.from({ length: settings.workers }, () => 0);
-  const respawns = new Set<NodeJS.Timeout>();
-  const aggregator = createMetricsAggregator();
-  let starting = true;
-  let stopping = false;
-  let exitCode = 0;
-  /** What stops start-up, as `tollgate: ` prints it; the first worker's only. */
-  let startupError: string | undefined;
-  let nextSnapshot = 0;
-  let started: (() => void) | undefined;
+  return new Promise((started) => {
+    const course: Course = {
+      starting: true,
+      stopping: false,
+      exitCode: 0,
+      startupError: undefined,
+    };
+    const pool = createPool(settings.workers, logger, { message: onMessage, exit: onExit });
+    const metrics = createClusterMetrics(pool.members);
+    const stop = (): void =>
+      drainWorkers(course, pool, settings.shutdownGraceMs, () => exitPrimary(course, logger));
 
-  const send = (worker: Worker, message: Message): void => {
-    // With a callback, a closed channel is an argument rather than an 'error' event.
-    if (worker.isConnected()) worker.send(message, () => {});
-  };
+    function onMessage(member: Member, message: Message): void {
+      if (message.type === 'tollgate:ready') {
+        workerReady(member, logger);
+        const ready = [...pool.members.values()].filter((m) => m.readyAt > 0).length;
+        if (course.starting && ready === settings.workers) {
+          course.starting = false;
+          logger.info({ workers: settings.workers }, 'workers ready');
+          started();
+        }
+      } else if (message.type === 'tollgate:failed') {
+        member.failure = { name: message.name, message: message.message };
+        if (!course.starting) {
+          logger.error(
+            { worker: member.worker.id, error: message.message },
+            'worker failed to start',
+          );
+        }
+      } else if (message.type === 'tollgate:snapshot') {
+        metrics.received(member, message.id, message.snapshot);
+      } else if (message.type === 'tollgate:metrics') {
+        metrics.answer(member.worker, message.id);
+      }
+    }
+
+    function onExit(member: Member, code: number | null, signal: string | null): void {
+      metrics.retire(member);
+      const { worker } = member;
+      const exit = { worker: worker.id, pid: worker.process.pid, code, signal };
+      if (course.stopping) {
+        // A worker not yet listening had nothing to drain.
+        if (member.readyAt > 0 && code !== 0) {
+          course.exitCode = 1;
+          logger.error(exit, 'worker did not drain');
+        }
+        if (pool.members.size === 0) exitPrimary(course, logger);
+      } else if (course.starting && member.readyAt === 0) {
+        // The same error would meet every worker and every replacement: report it once, and stop.
+        course.startupError = startupError(member, code, signal);
+        stop();
+      } else {
+        const delay = pool.replace(member);
+        logger.error({ ...exit, replaceInMs: delay }, 'worker exited; replacing it');
+        metrics.countRestart();
+      }
+    }
+
+    handlePrimarySignals(logger, {
+      drain(signal) {
+        if (course.stopping) return;
+        logger.info({ signal, workers: pool.members.size }, 'draining');
+        stop();
+        started();
+      },
+      reload() {
+        logger.info(
+          { signal: 'SIGHUP', workers: pool.members.size },
+          'reloading the rules in every worker',
+        );
+        reloadWorkers(pool.members.values());
+      },
+    });
+    pool.start();
+  });
+}
+
+/**
+ * Bad rules stop start-up here, once, instead of in every worker and every replacement. Over xDS
+ * each worker keeps a stream of its own, and the management server is told what it refuses.
+ */
+function checkRulesOnce(settings: Settings): void {
+  if (settings.xds !== undefined) return;
+  loadRules(settings.configPath, {
+    defaultAlgorithm: settings.defaultAlgorithm,
+    mergeDomainConfig: settings.mergeDomainConfig,
+  });
+}
+
+function send(worker: Worker, message: Message): void {
+  // With a callback, a closed channel is an argument rather than an 'error' event.
+  if (worker.isConnected()) worker.send(message, () => {});
+}
+
+/** What the pool tells of its workers. */
+interface PoolEvents {
+  message(member: Member, message: Message): void;
+  /** Once per worker, after its last messages have been read; it has left `members` by then. */
+  exit(member: Member, code: number | null, signal: string | null): void;
+}
+
+/** The workers, one per slot, each replaced after its slot's backoff when it dies. */
+interface Pool {
+  /** The workers alive, by worker id. */
+  members: ReadonlyMap<number, Member>;
+  /** Forks the first worker of every slot. */
+  start(): void;
+  /** Forks the slot's next worker after its backoff; returns that wait, in ms. */
+  replace(member: Member): number;
+  /** No more replacements; SIGTERM to every worker, and SIGKILL to those left after `killAfterMs`. */
+  stop(killAfterMs: number): void;
+}
+
+function createPool(size: number, logger: Logger, events: PoolEvents): Pool {
+  const members = new Map<number, Member>();
+  const streaks: number[] = Array.from({ length: size }, () => 0);
+  const respawns = new Set<NodeJS.Timeout>();
+  let stopped = false;
 
   function fork(slot: number): void {
     const worker = cluster.fork({ [WORKER_MARK]: '1' });
     const member: Member = { worker, slot, readyAt: 0, waiting: new Map() };
     members.set(worker.id, member);
-    worker.on('message', (message: unknown) => isMessage(message) && onMessage(member, message));
+    worker.on(
+      'message',
+      (message: unknown) => isMessage(message) && events.message(member, message),
+    );
     worker.on('error', (error) =>
       logger.warn({ err: error, worker: worker.id }, 'worker channel error'),
     );
+    const exited = (code: number | null, signal: string | null): void => {
+      if (members.get(worker.id) !== member) return;
+      members.delete(worker.id);
+      events.exit(member, code, signal);
+    };
     worker.once('exit', (code: number | null, signal: string | null) => {
       // Its last messages (a start-up error) are read before the channel reports closing.
-      if (!worker.isConnected()) return onExit(member, code, signal);
-      const timer = setTimeout(() => onExit(member, code, signal), 1_000);
+      if (!worker.isConnected()) return exited(code, signal);
+      const timer = setTimeout(() => exited(code, signal), 1_000);
       worker.once('disconnect', () => {
         clearTimeout(timer);
-        onExit(member, code, signal);
+        exited(code, signal);
       });
     });
   }
 
-  function onMessage(member: Member, message: Message): void {
-    const { worker } = member;
-    if (message.type === 'tollgate:ready') {
-      member.readyAt = Date.now();
-      logger.info({ worker: worker.id, pid: worker.process.pid }, 'worker ready');
-      if (member.reloadPending) {
-        member.reloadPending = false;
-        worker.process.kill('SIGHUP');
-      }
-      const ready = [...members.values()].filter((m) => m.readyAt > 0).length;
-      if (starting && ready === settings.workers) {
-        starting = false;
-        logger.info({ workers: settings.workers }, 'workers ready');
-        started?.();
-      }
-    } else if (message.type === 'tollgate:failed') {
-      member.failure = { name: message.name, message: message.message };
-      if (!starting) {
-        logger.error({ worker: worker.id, error: message.message }, 'worker failed to start');
-      }
-    } else if (message.type === 'tollgate:snapshot') {
-      member.waiting.get(message.id)?.(message.snapshot);
-    } else if (message.type === 'tollgate:metrics') {
-      void sumMetrics().then(
-        (exposition) => send(worker, { type: 'tollgate:exposition', id: message.id, exposition }),
-        (error: unknown) =>
-          send(worker, { type: 'tollgate:exposition', id: message.id, error: String(error) }),
-      );
-    }
+  return {
+    members,
+    start() {
+      for (let slot = 0; slot < size; slot++) fork(slot);
+    },
+    replace({ slot, readyAt }) {
+      const next = backoff(streaks[slot] ?? 0, readyAt > 0 ? Date.now() - readyAt : 0);
+      streaks[slot] = next.streak;
+      const timer = setTimeout(() => {
+        respawns.delete(timer);
+        if (!stopped) fork(slot);
+      }, next.delayMs);
+      respawns.add(timer);
+      return next.delayMs;
+    },
+    stop(killAfterMs) {
+      stopped = true;
+      for (const timer of respawns) clearTimeout(timer);
+      respawns.clear();
+      if (members.size === 0) return;
+      for (const { worker } of members.values()) worker.process.kill('SIGTERM');
+      // A worker stuck past its grace is killed, and the exit code says so.
+      setTimeout(() => {
+        for (const { worker } of members.values()) worker.process.kill('SIGKILL');
+      }, killAfterMs).unref();
+    },
+  };
+}
+
+/** A slot's crash streak after a worker that served `livedMs` died, and the wait before the next. */
+function backoff(streak: number, livedMs: number): { streak: number; delayMs: number } {
+  const next = livedMs >= STABLE_MS ? 0 : streak + 1;
+  return { streak: next, delayMs: Math.min(MAX_BACKOFF_MS, FIRST_BACKOFF_MS * 2 ** next) };
+}
+
+/** Why start-up failed, from the first worker that exited before it was ready. */
+function startupError(member: Member, code: number | null, signal: string | null): string {
+  const failure = member.failure;
+  const known = failure?.name === 'SettingsError' || failure?.name === 'RulesError';
+  return known
+    ? failure.message
+    : `worker ${member.worker.id} failed to start: ${failure?.message ?? `exit ${code ?? signal}`}`;
+}
+
+/** A worker is listening; a SIGHUP it missed while starting is passed on now. */
+function workerReady(member: Member, logger: Logger): void {
+  const { worker } = member;
+  member.readyAt = Date.now();
+  logger.info({ worker: worker.id, pid: worker.process.pid }, 'worker ready');
+  if (member.reloadPending) {
+    member.reloadPending = false;
+    worker.process.kill('SIGHUP');
   }
+}
+
+/** SIGHUP to every ready worker; one still starting gets it once it is ready. */
+function reloadWorkers(members: Iterable<Member>): void {
+  for (const member of members) {
+    if (member.readyAt > 0) member.worker.process.kill('SIGHUP');
+    else member.reloadPending = true;
+  }
+}
+
+/** The primary's part of the signals (see IGNORED_SIGNALS): it passes them on to its workers. */
+function handlePrimarySignals(
+  logger: Logger,
+  on: { drain(signal: 'SIGTERM' | 'SIGINT'): void; reload(): void },
+): void {
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => on.drain(signal));
+  ignoreSignals(logger);
+  process.on('SIGHUP', () => on.reload());
+}
+
+/** The cluster's /metrics: every worker's counts summed, with those of workers gone kept in. */
+interface ClusterMetrics {
+  /** A worker's answer to a `tollgate:collect`. */
+  received(member: Member, id: number, snapshot: MetricsSnapshot): void;
+  /** Sends a worker the sum, for its /metrics. */
+  answer(worker: Worker, id: number): void;
+  /** A worker has exited: nothing waits on it any more, and its last counts join the retired sum. */
+  retire(member: Member): void;
+  countRestart(): void;
+}
+
+function createClusterMetrics(members: ReadonlyMap<number, Member>): ClusterMetrics {
+  const aggregator = createMetricsAggregator();
+  let nextSnapshot = 0;
 
   /** Every worker's counts, fresh where it answers in time, plus those of workers gone. */
-  async function sumMetrics(): Promise<Exposition> {
+  async function sum(): Promise<Exposition> {
     const id = nextSnapshot++;
     const asked = [...members.values()].filter((m) => m.readyAt > 0);
     await Promise.all(
@@ -221,90 +394,39 @@ function runPrimary(settings: Settings, logger: Logger): Promise<void> {
     return aggregator.exposition(live);
   }
 
-  function onExit(member: Member, code: number | null, signal: string | null): void {
-    const { worker, slot } = member;
-    if (members.get(worker.id) !== member) return;
-    members.delete(worker.id);
-    for (const done of member.waiting.values()) done();
-    if (member.last) aggregator.retire(member.last);
-    const exit = { worker: worker.id, pid: worker.process.pid, code, signal };
+  return {
+    received(member, id, snapshot) {
+      member.waiting.get(id)?.(snapshot);
+    },
+    answer(worker, id) {
+      void sum().then(
+        (exposition) => send(worker, { type: 'tollgate:exposition', id, exposition }),
+        (error: unknown) => send(worker, { type: 'tollgate:exposition', id, error: String(error) }),
+      );
+    },
+    retire(member) {
+      for (const done of member.waiting.values()) done();
+      if (member.last) aggregator.retire(member.last);
+    },
+    countRestart: () => aggregator.countRestart(),
+  };
+}
 
-    if (stopping) {
-      // A worker not yet listening had nothing to drain.
-      if (member.readyAt > 0 && code !== 0) {
-        exitCode = 1;
-        logger.error(exit, 'worker did not drain');
-      }
-      if (members.size === 0) finish();
-      return;
-    }
-    if (starting && member.readyAt === 0) {
-      // The same error would meet every worker and every replacement: report it once, and stop.
-      const failure = member.failure;
-      const known = failure?.name === 'SettingsError' || failure?.name === 'RulesError';
-      startupError = known
-        ? failure.message
-        : `worker ${worker.id} failed to start: ${failure?.message ?? `exit ${code ?? signal}`}`;
-      stop();
-      return;
-    }
-    const lived = member.readyAt > 0 ? Date.now() - member.readyAt : 0;
-    const streak = lived >= STABLE_MS ? 0 : (streaks[slot] ?? 0) + 1;
-    streaks[slot] = streak;
-    const delay = Math.min(MAX_BACKOFF_MS, FIRST_BACKOFF_MS * 2 ** streak);
-    logger.error({ ...exit, replaceInMs: delay }, 'worker exited; replacing it');
-    aggregator.countRestart();
-    const timer = setTimeout(() => {
-      respawns.delete(timer);
-      if (!stopping) fork(slot);
-    }, delay);
-    respawns.add(timer);
+/** Forwards SIGTERM; each worker drains as a lone process does, and the last exit ends this one. */
+function drainWorkers(course: Course, pool: Pool, graceMs: number, exit: () => void): void {
+  course.stopping = true;
+  pool.stop(graceMs + 5_000);
+  if (pool.members.size === 0) exit();
+}
+
+/** Every worker has exited. */
+function exitPrimary(course: Course, logger: Logger): never {
+  if (course.startupError !== undefined) {
+    console.error(`tollgate: ${course.startupError}`);
+    process.exit(1);
   }
-
-  /** Forwards SIGTERM; each worker drains as a lone process does, and the last exit ends this one. */
-  function stop(): void {
-    stopping = true;
-    for (const timer of respawns) clearTimeout(timer);
-    respawns.clear();
-    if (members.size === 0) return finish();
-    for (const { worker } of members.values()) worker.process.kill('SIGTERM');
-    // A worker stuck past its grace is killed, and the exit code says so.
-    setTimeout(() => {
-      for (const { worker } of members.values()) worker.process.kill('SIGKILL');
-    }, settings.shutdownGraceMs + 5_000).unref();
-  }
-
-  /** Every worker has exited. */
-  function finish(): void {
-    if (startupError !== undefined) {
-      console.error(`tollgate: ${startupError}`);
-      process.exit(1);
-    }
-    logger.info({ exitCode }, 'workers stopped');
-    process.exit(exitCode);
-  }
-
-  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-    process.on(signal, () => {
-      if (stopping) return;
-      logger.info({ signal, workers: members.size }, 'draining');
-      stop();
-      started?.();
-    });
-  }
-  ignoreSignals(logger);
-  process.on('SIGHUP', () => {
-    logger.info({ signal: 'SIGHUP', workers: members.size }, 'reloading the rules in every worker');
-    for (const member of members.values()) {
-      if (member.readyAt > 0) member.worker.process.kill('SIGHUP');
-      else member.reloadPending = true;
-    }
-  });
-
-  return new Promise((resolve) => {
-    started = resolve;
-    for (let slot = 0; slot < settings.workers; slot++) fork(slot);
-  });
+  logger.info({ exitCode: course.exitCode }, 'workers stopped');
+  process.exit(course.exitCode);
 }
 
 /** One worker: the service, with the cluster's /metrics, reporting to the primary. */
