@@ -68,6 +68,7 @@ import {
   Histogram,
   Registry,
   collectDefaultMetrics,
+  type Metric,
   type MetricObjectWithValues,
   type MetricValue,
 } from 'prom-client';
@@ -269,195 +270,26 @@ function histogramCell(
 
 export function createMetrics(options: MetricsOptions): Metrics {
   const registry = new Registry();
-  const registers = [registry];
   if (options.defaultMetrics ?? true) {
     collectDefaultMetrics({ register: registry, prefix: 'tollgate_' });
   }
-
-  // RPCs and latencies since the registry was last read: plain numbers on the hot path, moved into
-  // prom-client by flushLatencies when it is read.
-  let requests = 0;
-  const responseTimes = pendingHistogram();
-  const checkDurations = new Map(RPC_OUTCOMES.map((o) => [o, pendingHistogram()]));
-  const storeDurations = pendingHistogram();
-  function flushLatencies(): void {
-    if (requests > 0) requestsChild.inc(requests);
-    requests = 0;
-    moveInto(responseTime, shouldRateLimit, responseTimes);
-    for (const [outcome, pending] of checkDurations) {
-      moveInto(checkDuration, { outcome }, pending);
-    }
-    moveInto(storeDuration, {}, storeDurations);
-  }
-
-  const series: RuleSeries[] = [];
-  const byLabels = new Map<string, Map<string, Map<string, RuleSeries>>>();
-  let detailedSeries = 0;
-  const flush = (): void => {
-    for (const s of series) {
-      if (s.totalHits > 0) totalHits.inc(s.labels, s.totalHits);
-      if (s.overLimit > 0) overLimit.inc(s.labels, s.overLimit);
-      if (s.nearLimit > 0) nearLimit.inc(s.labels, s.nearLimit);
-      if (s.withinLimit > 0) withinLimit.inc(s.labels, s.withinLimit);
-      if (s.shadowMode > 0) shadowMode.inc(s.labels, s.shadowMode);
-      if (s.localCache > 0) localCache.inc(s.labels, s.localCache);
-      s.totalHits = s.overLimit = s.nearLimit = s.withinLimit = s.shadowMode = s.localCache = 0;
-    }
+  const s: Series = {
+    rules: createRuleCounters(options),
+    checks: createCheckCounters(),
+    requests: createRequestSeries(),
+    store: createStoreSeries(),
+    loads: createRulesLoadSeries(),
+    boundsReached: createBoundsReached(),
+    process: createProcessSeries(),
   };
-  const ruleCounter = (name: string, help: string) =>
-    new Counter({ name, help, labelNames: RULE_LABELS, registers, collect: flush });
-
-  const totalHits = ruleCounter(
-    'ratelimit_service_rate_limit_total_hits',
-    'Hits on a rule, by the descriptor cost.',
-  );
-  const overLimit = ruleCounter(
-    'ratelimit_service_rate_limit_over_limit',
-    'Hits on a rule that were over its limit.',
-  );
-  const nearLimit = ruleCounter(
-    'ratelimit_service_rate_limit_near_limit',
-    'Hits within a rule limit that left it at or above the near-limit ratio.',
-  );
-  const withinLimit = ruleCounter(
-    'ratelimit_service_rate_limit_within_limit',
-    'Hits on a rule that were within its limit.',
-  );
-  const shadowMode = ruleCounter(
-    'ratelimit_service_rate_limit_shadow_mode',
-    'Over-limit hits on a rule that shadow mode let through.',
-  );
-  const localCache = ruleCounter(
-    'ratelimit_service_rate_limit_over_limit_with_local_cache',
-    'Over-limit hits on a rule answered from the local cache (COMPAT_MODE=reference).',
-  );
-  const shouldRateLimitError = new Counter({
-    name: 'ratelimit_service_should_rate_limit_error',
-    help: 'Checks whose store call failed, by error type.',
-    labelNames: ['err_type'] as const,
-    registers,
-  });
-  const configLoadSuccess = new Counter({
-    name: 'ratelimit_service_config_load_success',
-    help: 'Rules loads that succeeded.',
-    registers,
-  });
-  const configLoadError = new Counter({
-    name: 'ratelimit_service_config_load_error',
-    help: 'Rules loads that failed.',
-    registers,
-  });
-  const globalShadowMode = new Counter({
-    name: 'ratelimit_service_global_shadow_mode',
-    help: 'Over-limit requests that global shadow mode let through.',
-    registers,
-  });
-  const totalRequests = new Counter({
-    name: 'ratelimit_service_total_requests',
-    help: 'RPCs answered.',
-    labelNames: ['grpc_method'] as const,
-    registers,
-    collect: flushLatencies,
-  });
-  const responseTime = new Histogram({
-    name: 'ratelimit_service_response_time_seconds',
-    help: 'RPC latency in seconds.',
-    labelNames: ['grpc_method'] as const,
-    buckets: LATENCY_BUCKETS,
-    registers,
-    collect: flushLatencies,
-  });
-  const checkDuration = new Histogram({
-    name: 'tollgate_check_duration_seconds',
-    help: 'RPC latency in seconds, by outcome.',
-    labelNames: ['outcome'] as const,
-    buckets: LATENCY_BUCKETS,
-    registers,
-    collect: flushLatencies,
-  });
-  const storeDuration = new Histogram({
-    name: 'tollgate_store_duration_seconds',
-    help: 'Time spent in the store per check, in seconds.',
-    buckets: LATENCY_BUCKETS,
-    registers,
-    collect: flushLatencies,
-  });
-  const storeErrors = new Counter({
-    name: 'tollgate_store_errors_total',
-    help: 'Store failures, by kind.',
-    labelNames: ['kind'] as const,
-    registers,
-  });
-  const domainNotFound = new Counter({
-    name: 'tollgate_domain_not_found_total',
-    help: 'Checks for a domain that has no rules.',
-    registers,
-  });
-  const configLoads = new Counter({
-    name: 'tollgate_config_loads_total',
-    help: 'Rules loads and reloads, by result.',
-    labelNames: ['result'] as const,
-    registers,
-  });
-  const rulesInfo = new Gauge({
-    name: 'tollgate_rules_info',
-    help: 'The rules in force: 1 for their source and version (xDS), one series at a time.',
-    labelNames: ['source', 'version'] as const,
-    aggregator: 'max',
-    registers,
-  });
-  const invalidRequests = new Counter({
-    name: 'tollgate_invalid_requests_total',
-    help: 'Requests refused as malformed (INVALID_ARGUMENT, or HTTP 400 on /json).',
-    registers,
-  });
-  const detailedOverflow = new Counter({
-    name: 'tollgate_metrics_detailed_overflow_total',
-    help: 'Rule outcomes reported under key1="_overflow" because the detailed series were capped.',
-    registers,
-  });
-  const overLimitCacheHits = new Counter({
-    name: 'tollgate_over_limit_cache_hits_total',
-    help: 'Checks denied from the over-limit cache, without a store call.',
-    registers,
-  });
-  const boundsReached = new Counter({
-    name: 'tollgate_bounds_reached_total',
-    help: "Connections and calls the server's bounds refused or ended, by bound.",
-    labelNames: ['bound'] as const,
-    registers,
-  });
-  for (const bound of BOUNDS) boundsReached.labels(bound).inc(0);
-  const statsdDropped = new Counter({
-    name: 'tollgate_statsd_dropped_flushes_total',
-    help: 'statsd flushes (USE_STATSD) that lost stats: no connection, or a server reading nothing.',
-    registers,
-  });
-  // Summed over a cluster's live workers (a retired worker's gauges go with it): how many serve.
-  new Gauge({
-    name: 'tollgate_workers',
-    help: 'Service processes serving: 1 per process; under WORKERS, the workers alive.',
-    registers,
-  }).set(1);
-
-  const shouldRateLimit = { grpc_method: 'ShouldRateLimit' };
-  const requestsChild = totalRequests.labels(shouldRateLimit);
-  const storeErrorChildren = new Map<string, { inc(): void }[]>();
-  // tollgate's own series of every known kind start at 0, so rate() and alerts see the first error
-  // of each kind; the reference's should_rate_limit_error appears at its first, as the reference's.
-  for (const kind of STORE_ERROR_KINDS) storeErrors.labels(kind).inc(0);
-  const loadSuccess = configLoads.labels('success');
-  const loadError = configLoads.labels('error');
-  // Known results start at 0, so increase() and alerts see the first error.
-  loadSuccess.inc(0);
-  loadError.inc(0);
+  register(registry, s);
 
   function find(domain: string, key1: string, key2: string): RuleSeries | undefined {
-    return byLabels.get(domain)?.get(key1)?.get(key2);
+    return s.rules.byLabels.get(domain)?.get(key1)?.get(key2);
   }
 
   function add(domain: string, key1: string, key2: string): RuleSeries {
-    const s: RuleSeries = {
+    const r: RuleSeries = {
       labels: { domain, key1, key2 },
       totalHits: 0,
       overLimit: 0,
@@ -466,13 +298,13 @@ export function createMetrics(options: MetricsOptions): Metrics {
       shadowMode: 0,
       localCache: 0,
     };
-    let byKey1 = byLabels.get(domain);
-    if (byKey1 === undefined) byLabels.set(domain, (byKey1 = new Map()));
+    let byKey1 = s.rules.byLabels.get(domain);
+    if (byKey1 === undefined) s.rules.byLabels.set(domain, (byKey1 = new Map()));
     let byKey2 = byKey1.get(key1);
     if (byKey2 === undefined) byKey1.set(key1, (byKey2 = new Map()));
-    byKey2.set(key2, s);
-    series.push(s);
-    return s;
+    byKey2.set(key2, r);
+    s.rules.series.push(r);
+    return r;
   }
 
   function seriesOf(rule: RuleOutcome): RuleSeries {
@@ -481,23 +313,23 @@ export function createMetrics(options: MetricsOptions): Metrics {
     // Two levels map as the reference does; deeper parts join key2 rather than being lost,
     // unless the reference's series are asked for as they are.
     const key2 =
-      key.length <= 2 || options.referenceLabels ? (key[1] ?? '') : key.slice(1).join('.');
+      key.length <= 2 || s.rules.referenceLabels ? (key[1] ?? '') : key.slice(1).join('.');
     const known = find(rule.domain, key1, key2);
     if (known !== undefined) return known;
     if (!rule.detailed) return add(rule.domain, key1, key2);
-    if (detailedSeries < options.maxDetailedSeries) {
-      detailedSeries++;
+    if (s.rules.detailed < s.rules.maxDetailed) {
+      s.rules.detailed++;
       return add(rule.domain, key1, key2);
     }
-    detailedOverflow.inc();
+    s.rules.detailedOverflow.inc();
     return find(rule.domain, OVERFLOW_KEY, '') ?? add(rule.domain, OVERFLOW_KEY, '');
   }
 
   function countStoreError(kind: string): void {
-    let children = storeErrorChildren.get(kind);
+    let children = s.store.errorChildren.get(kind);
     if (children === undefined) {
-      children = [shouldRateLimitError.labels(kind), storeErrors.labels(kind)];
-      storeErrorChildren.set(kind, children);
+      children = [s.store.shouldRateLimitError.labels(kind), s.store.storeErrors.labels(kind)];
+      s.store.errorChildren.set(kind, children);
     }
     for (const child of children) child.inc();
   }
@@ -508,41 +340,42 @@ export function createMetrics(options: MetricsOptions): Metrics {
         for (const rule of event.rules) {
           const hits = rule.hits;
           if (!(hits >= 0 && hits <= Number.MAX_SAFE_INTEGER)) continue;
-          const s = seriesOf(rule);
+          const r = seriesOf(rule);
           const counts = splitHits(rule);
-          s.totalHits += hits;
-          s.overLimit += counts.over;
-          s.withinLimit += counts.within;
-          s.nearLimit += counts.near;
-          s.shadowMode += counts.shadow;
-          s.localCache += counts.localCache;
+          r.totalHits += hits;
+          r.overLimit += counts.over;
+          r.withinLimit += counts.within;
+          r.nearLimit += counts.near;
+          r.shadowMode += counts.shadow;
+          r.localCache += counts.localCache;
         }
         if (event.storeError !== undefined) countStoreError(event.storeError.kind);
         if (event.storeMs > 0 || event.storeError !== undefined) {
-          record(storeDurations, Math.max(0, event.storeMs) / 1000);
+          record(s.store.pendingDurations, Math.max(0, event.storeMs) / 1000);
         }
-        if (event.unknownDomain) domainNotFound.inc();
-        if (event.globalShadow) globalShadowMode.inc();
-        if (event.overLimitCache === true) overLimitCacheHits.inc();
+        if (event.unknownDomain) s.checks.domainNotFound.inc();
+        if (event.globalShadow) s.checks.globalShadowMode.inc();
+        if (event.overLimitCache === true) s.checks.overLimitCacheHits.inc();
       } catch {
         // Metrics must never fail a check; a malformed event is dropped.
       }
     },
 
     observeLatency(seconds: number, outcome: RpcOutcome): void {
-      requests += 1;
+      const pending = s.requests.pending;
+      pending.requests += 1;
       if (!(seconds >= 0 && Number.isFinite(seconds))) return;
-      record(responseTimes, seconds);
-      const pending = checkDurations.get(outcome);
-      if (pending !== undefined) record(pending, seconds);
+      record(pending.responseTimes, seconds);
+      const byOutcome = pending.checkDurations.get(outcome);
+      if (byOutcome !== undefined) record(byOutcome, seconds);
     },
 
     boundReached(bound: Bound): void {
-      boundsReached.labels(bound).inc();
+      s.boundsReached.labels(bound).inc();
     },
 
     statsdFlushDropped(): void {
-      statsdDropped.inc();
+      s.process.statsdDropped.inc();
     },
 
     localCache(read) {
@@ -552,7 +385,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
           help: `The reference's local cache: ${name}, as its cache library counts it.`,
           // A mean access time is averaged over workers; the counts add up.
           aggregator: name === 'averageAccessTime' ? 'average' : 'sum',
-          registers,
+          registers: [registry],
           collect() {
             this.set(read()[name]);
           },
@@ -561,22 +394,22 @@ export function createMetrics(options: MetricsOptions): Metrics {
     },
 
     invalidRequest(): void {
-      requests += 1;
-      invalidRequests.inc();
+      s.requests.pending.requests += 1;
+      s.requests.invalidRequests.inc();
     },
 
     rulesVersion(source: string, version: string): void {
-      rulesInfo.reset();
-      rulesInfo.labels(source, version).set(1);
+      s.loads.rulesInfo.reset();
+      s.loads.rulesInfo.labels(source, version).set(1);
     },
 
     configLoad(ok: boolean): void {
       if (ok) {
-        configLoadSuccess.inc();
-        loadSuccess.inc();
+        s.loads.configLoadSuccess.inc();
+        s.loads.loadSuccess.inc();
       } else {
-        configLoadError.inc();
-        loadError.inc();
+        s.loads.configLoadError.inc();
+        s.loads.loadError.inc();
       }
     },
 
@@ -585,6 +418,346 @@ export function createMetrics(options: MetricsOptions): Metrics {
     snapshot: () => registry.getMetricsAsJSON(),
     registry,
   };
+}
+
+/** Every series of a registry, by concern. */
+interface Series {
+  rules: RuleCounters;
+  checks: CheckCounters;
+  requests: RequestSeries;
+  store: StoreSeries;
+  loads: RulesLoadSeries;
+  boundsReached: Counter<'bound'>;
+  process: ProcessSeries;
+}
+
+/**
+ * Registers every series in the order the exposition has always listed them, which interleaves
+ * the concerns: the series are made unregistered (`registers: []`) so that this list alone sets it.
+ */
+function register(registry: Registry, s: Series): void {
+  const inOrder: Metric[] = [
+    s.rules.totalHits,
+    s.rules.overLimit,
+    s.rules.nearLimit,
+    s.rules.withinLimit,
+    s.rules.shadowMode,
+    s.rules.localCache,
+    s.store.shouldRateLimitError,
+    s.loads.configLoadSuccess,
+    s.loads.configLoadError,
+    s.checks.globalShadowMode,
+    s.requests.totalRequests,
+    s.requests.responseTime,
+    s.requests.checkDuration,
+    s.store.storeDuration,
+    s.store.storeErrors,
+    s.checks.domainNotFound,
+    s.loads.configLoads,
+    s.loads.rulesInfo,
+    s.requests.invalidRequests,
+    s.rules.detailedOverflow,
+    s.checks.overLimitCacheHits,
+    s.boundsReached,
+    s.process.statsdDropped,
+    s.process.workers,
+  ];
+  for (const metric of inOrder) registry.registerMetric(metric);
+}
+
+type RuleCounter = Counter<(typeof RULE_LABELS)[number]>;
+
+/**
+ * The per-rule counters and the counts not yet moved into them: each rule's RuleSeries is in
+ * `series` and, by its labels, in `byLabels`. `detailed` counts the label sets that
+ * descriptor-valued keys have taken of the cap.
+ */
+interface RuleCounters {
+  totalHits: RuleCounter;
+  overLimit: RuleCounter;
+  nearLimit: RuleCounter;
+  withinLimit: RuleCounter;
+  shadowMode: RuleCounter;
+  localCache: RuleCounter;
+  detailedOverflow: Counter;
+  readonly series: RuleSeries[];
+  readonly byLabels: Map<string, Map<string, Map<string, RuleSeries>>>;
+  detailed: number;
+  readonly maxDetailed: number;
+  readonly referenceLabels: boolean;
+}
+
+function createRuleCounters(options: MetricsOptions): RuleCounters {
+  const collect = (): void => flushRules(rules);
+  const counter = (name: string, help: string): RuleCounter =>
+    new Counter({ name, help, labelNames: RULE_LABELS, registers: [], collect });
+  const rules: RuleCounters = {
+    totalHits: counter(
+      'ratelimit_service_rate_limit_total_hits',
+      'Hits on a rule, by the descriptor cost.',
+    ),
+    overLimit: counter(
+      'ratelimit_service_rate_limit_over_limit',
+      'Hits on a rule that were over its limit.',
+    ),
+    nearLimit: counter(
+      'ratelimit_service_rate_limit_near_limit',
+      'Hits within a rule limit that left it at or above the near-limit ratio.',
+    ),
+    withinLimit: counter(
+      'ratelimit_service_rate_limit_within_limit',
+      'Hits on a rule that were within its limit.',
+    ),
+    shadowMode: counter(
+      'ratelimit_service_rate_limit_shadow_mode',
+      'Over-limit hits on a rule that shadow mode let through.',
+    ),
+    localCache: counter(
+      'ratelimit_service_rate_limit_over_limit_with_local_cache',
+      'Over-limit hits on a rule answered from the local cache (COMPAT_MODE=reference).',
+    ),
+    detailedOverflow: new Counter({
+      name: 'tollgate_metrics_detailed_overflow_total',
+      help: 'Rule outcomes reported under key1="_overflow" because the detailed series were capped.',
+      registers: [],
+    }),
+    series: [],
+    byLabels: new Map(),
+    detailed: 0,
+    maxDetailed: options.maxDetailedSeries,
+    referenceLabels: options.referenceLabels ?? false,
+  };
+  return rules;
+}
+
+/** Moves the per-rule counts into the counters; any of them calls it when the registry is read. */
+function flushRules(rules: RuleCounters): void {
+  for (const s of rules.series) {
+    if (s.totalHits > 0) rules.totalHits.inc(s.labels, s.totalHits);
+    if (s.overLimit > 0) rules.overLimit.inc(s.labels, s.overLimit);
+    if (s.nearLimit > 0) rules.nearLimit.inc(s.labels, s.nearLimit);
+    if (s.withinLimit > 0) rules.withinLimit.inc(s.labels, s.withinLimit);
+    if (s.shadowMode > 0) rules.shadowMode.inc(s.labels, s.shadowMode);
+    if (s.localCache > 0) rules.localCache.inc(s.labels, s.localCache);
+    s.totalHits = s.overLimit = s.nearLimit = s.withinLimit = s.shadowMode = s.localCache = 0;
+  }
+}
+
+/** How checks were answered besides their rules' outcomes. */
+interface CheckCounters {
+  globalShadowMode: Counter;
+  domainNotFound: Counter;
+  overLimitCacheHits: Counter;
+}
+
+function createCheckCounters(): CheckCounters {
+  return {
+    globalShadowMode: new Counter({
+      name: 'ratelimit_service_global_shadow_mode',
+      help: 'Over-limit requests that global shadow mode let through.',
+      registers: [],
+    }),
+    domainNotFound: new Counter({
+      name: 'tollgate_domain_not_found_total',
+      help: 'Checks for a domain that has no rules.',
+      registers: [],
+    }),
+    overLimitCacheHits: new Counter({
+      name: 'tollgate_over_limit_cache_hits_total',
+      help: 'Checks denied from the over-limit cache, without a store call.',
+      registers: [],
+    }),
+  };
+}
+
+/** RPCs answered and their latencies, and requests refused as malformed. */
+interface RequestSeries {
+  totalRequests: Counter<'grpc_method'>;
+  responseTime: Histogram<'grpc_method'>;
+  checkDuration: Histogram<'outcome'>;
+  invalidRequests: Counter;
+  /**
+   * RPCs and latencies since the registry was last read: plain numbers on the hot path, moved
+   * into prom-client by each series' `collect` when it is read.
+   */
+  pending: {
+    requests: number;
+    responseTimes: PendingHistogram;
+    checkDurations: Map<RpcOutcome, PendingHistogram>;
+  };
+}
+
+const SHOULD_RATE_LIMIT = { grpc_method: 'ShouldRateLimit' };
+
+function createRequestSeries(): RequestSeries {
+  const pending: RequestSeries['pending'] = {
+    requests: 0,
+    responseTimes: pendingHistogram(),
+    checkDurations: new Map(RPC_OUTCOMES.map((o) => [o, pendingHistogram()])),
+  };
+  const totalRequests = new Counter({
+    name: 'ratelimit_service_total_requests',
+    help: 'RPCs answered.',
+    labelNames: ['grpc_method'] as const,
+    registers: [],
+    collect() {
+      if (pending.requests > 0) requestsChild.inc(pending.requests);
+      pending.requests = 0;
+    },
+  });
+  const requestsChild = totalRequests.labels(SHOULD_RATE_LIMIT);
+  const responseTime = new Histogram({
+    name: 'ratelimit_service_response_time_seconds',
+    help: 'RPC latency in seconds.',
+    labelNames: ['grpc_method'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers: [],
+    collect() {
+      moveInto(this, SHOULD_RATE_LIMIT, pending.responseTimes);
+    },
+  });
+  const checkDuration = new Histogram({
+    name: 'tollgate_check_duration_seconds',
+    help: 'RPC latency in seconds, by outcome.',
+    labelNames: ['outcome'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers: [],
+    collect() {
+      for (const [outcome, byOutcome] of pending.checkDurations) {
+        moveInto(this, { outcome }, byOutcome);
+      }
+    },
+  });
+  const invalidRequests = new Counter({
+    name: 'tollgate_invalid_requests_total',
+    help: 'Requests refused as malformed (INVALID_ARGUMENT, or HTTP 400 on /json).',
+    registers: [],
+  });
+  return { totalRequests, responseTime, checkDuration, invalidRequests, pending };
+}
+
+/** Store failures, under the reference's name and tollgate's, and the time spent in the store. */
+interface StoreSeries {
+  shouldRateLimitError: Counter<'err_type'>;
+  storeErrors: Counter<'kind'>;
+  storeDuration: Histogram;
+  /** Both error series' children for each kind seen so far. */
+  errorChildren: Map<string, Counter.Internal[]>;
+  /** Time in the store since the registry was last read, moved in by `collect`. */
+  pendingDurations: PendingHistogram;
+}
+
+function createStoreSeries(): StoreSeries {
+  const pendingDurations = pendingHistogram();
+  const storeErrors = new Counter({
+    name: 'tollgate_store_errors_total',
+    help: 'Store failures, by kind.',
+    labelNames: ['kind'] as const,
+    registers: [],
+  });
+  // tollgate's own series of every known kind start at 0, so rate() and alerts see the first error
+  // of each kind; the reference's should_rate_limit_error appears at its first, as the reference's.
+  for (const kind of STORE_ERROR_KINDS) storeErrors.labels(kind).inc(0);
+  return {
+    shouldRateLimitError: new Counter({
+      name: 'ratelimit_service_should_rate_limit_error',
+      help: 'Checks whose store call failed, by error type.',
+      labelNames: ['err_type'] as const,
+      registers: [],
+    }),
+    storeErrors,
+    storeDuration: new Histogram({
+      name: 'tollgate_store_duration_seconds',
+      help: 'Time spent in the store per check, in seconds.',
+      buckets: LATENCY_BUCKETS,
+      registers: [],
+      collect() {
+        moveInto(this, {}, pendingDurations);
+      },
+    }),
+    errorChildren: new Map(),
+    pendingDurations,
+  };
+}
+
+/** Rules loads, under the reference's names and tollgate's, and the rules in force (xDS). */
+interface RulesLoadSeries {
+  configLoadSuccess: Counter;
+  configLoadError: Counter;
+  configLoads: Counter<'result'>;
+  loadSuccess: Counter.Internal;
+  loadError: Counter.Internal;
+  rulesInfo: Gauge<'source' | 'version'>;
+}
+
+function createRulesLoadSeries(): RulesLoadSeries {
+  const configLoads = new Counter({
+    name: 'tollgate_config_loads_total',
+    help: 'Rules loads and reloads, by result.',
+    labelNames: ['result'] as const,
+    registers: [],
+  });
+  const loadSuccess = configLoads.labels('success');
+  const loadError = configLoads.labels('error');
+  // Known results start at 0, so increase() and alerts see the first error.
+  loadSuccess.inc(0);
+  loadError.inc(0);
+  return {
+    configLoadSuccess: new Counter({
+      name: 'ratelimit_service_config_load_success',
+      help: 'Rules loads that succeeded.',
+      registers: [],
+    }),
+    configLoadError: new Counter({
+      name: 'ratelimit_service_config_load_error',
+      help: 'Rules loads that failed.',
+      registers: [],
+    }),
+    configLoads,
+    loadSuccess,
+    loadError,
+    rulesInfo: new Gauge({
+      name: 'tollgate_rules_info',
+      help: 'The rules in force: 1 for their source and version (xDS), one series at a time.',
+      labelNames: ['source', 'version'] as const,
+      aggregator: 'max',
+      registers: [],
+    }),
+  };
+}
+
+/** What the gRPC and HTTP servers' bounds refused or ended; every bound starts at 0. */
+function createBoundsReached(): Counter<'bound'> {
+  const boundsReached = new Counter({
+    name: 'tollgate_bounds_reached_total',
+    help: "Connections and calls the server's bounds refused or ended, by bound.",
+    labelNames: ['bound'] as const,
+    registers: [],
+  });
+  for (const bound of BOUNDS) boundsReached.labels(bound).inc(0);
+  return boundsReached;
+}
+
+/** The process itself: the statsd sink's lost flushes, and the gauge that counts workers. */
+interface ProcessSeries {
+  statsdDropped: Counter;
+  workers: Gauge;
+}
+
+function createProcessSeries(): ProcessSeries {
+  const statsdDropped = new Counter({
+    name: 'tollgate_statsd_dropped_flushes_total',
+    help: 'statsd flushes (USE_STATSD) that lost stats: no connection, or a server reading nothing.',
+    registers: [],
+  });
+  // Summed over a cluster's live workers (a retired worker's gauges go with it): how many serve.
+  const workers = new Gauge({
+    name: 'tollgate_workers',
+    help: 'Service processes serving: 1 per process; under WORKERS, the workers alive.',
+    registers: [],
+  });
+  workers.set(1);
+  return { statsdDropped, workers };
 }
 
 export interface MetricsAggregator {
