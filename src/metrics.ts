@@ -284,135 +284,29 @@ export function createMetrics(options: MetricsOptions): Metrics {
   };
   register(registry, s);
 
-  function find(domain: string, key1: string, key2: string): RuleSeries | undefined {
-    return s.rules.byLabels.get(domain)?.get(key1)?.get(key2);
-  }
-
-  function add(domain: string, key1: string, key2: string): RuleSeries {
-    const r: RuleSeries = {
-      labels: { domain, key1, key2 },
-      totalHits: 0,
-      overLimit: 0,
-      nearLimit: 0,
-      withinLimit: 0,
-      shadowMode: 0,
-      localCache: 0,
-    };
-    let byKey1 = s.rules.byLabels.get(domain);
-    if (byKey1 === undefined) s.rules.byLabels.set(domain, (byKey1 = new Map()));
-    let byKey2 = byKey1.get(key1);
-    if (byKey2 === undefined) byKey1.set(key1, (byKey2 = new Map()));
-    byKey2.set(key2, r);
-    s.rules.series.push(r);
-    return r;
-  }
-
-  function seriesOf(rule: RuleOutcome): RuleSeries {
-    const key = rule.metricKey;
-    const key1 = key[0] ?? '';
-    // Two levels map as the reference does; deeper parts join key2 rather than being lost,
-    // unless the reference's series are asked for as they are.
-    const key2 =
-      key.length <= 2 || s.rules.referenceLabels ? (key[1] ?? '') : key.slice(1).join('.');
-    const known = find(rule.domain, key1, key2);
-    if (known !== undefined) return known;
-    if (!rule.detailed) return add(rule.domain, key1, key2);
-    if (s.rules.detailed < s.rules.maxDetailed) {
-      s.rules.detailed++;
-      return add(rule.domain, key1, key2);
-    }
-    s.rules.detailedOverflow.inc();
-    return find(rule.domain, OVERFLOW_KEY, '') ?? add(rule.domain, OVERFLOW_KEY, '');
-  }
-
-  function countStoreError(kind: string): void {
-    let children = s.store.errorChildren.get(kind);
-    if (children === undefined) {
-      children = [s.store.shouldRateLimitError.labels(kind), s.store.storeErrors.labels(kind)];
-      s.store.errorChildren.set(kind, children);
-    }
-    for (const child of children) child.inc();
-  }
-
   return {
     observe(event: CheckEvent): void {
       try {
-        for (const rule of event.rules) {
-          const hits = rule.hits;
-          if (!(hits >= 0 && hits <= Number.MAX_SAFE_INTEGER)) continue;
-          const r = seriesOf(rule);
-          const counts = splitHits(rule);
-          r.totalHits += hits;
-          r.overLimit += counts.over;
-          r.withinLimit += counts.within;
-          r.nearLimit += counts.near;
-          r.shadowMode += counts.shadow;
-          r.localCache += counts.localCache;
-        }
-        if (event.storeError !== undefined) countStoreError(event.storeError.kind);
-        if (event.storeMs > 0 || event.storeError !== undefined) {
-          record(s.store.pendingDurations, Math.max(0, event.storeMs) / 1000);
-        }
-        if (event.unknownDomain) s.checks.domainNotFound.inc();
-        if (event.globalShadow) s.checks.globalShadowMode.inc();
-        if (event.overLimitCache === true) s.checks.overLimitCacheHits.inc();
+        countRules(s.rules, event.rules);
+        countStore(s.store, event);
+        countCheck(s.checks, event);
       } catch {
         // Metrics must never fail a check; a malformed event is dropped.
       }
     },
-
-    observeLatency(seconds: number, outcome: RpcOutcome): void {
-      const pending = s.requests.pending;
-      pending.requests += 1;
-      if (!(seconds >= 0 && Number.isFinite(seconds))) return;
-      record(pending.responseTimes, seconds);
-      const byOutcome = pending.checkDurations.get(outcome);
-      if (byOutcome !== undefined) record(byOutcome, seconds);
-    },
-
-    boundReached(bound: Bound): void {
-      s.boundsReached.labels(bound).inc();
-    },
-
-    statsdFlushDropped(): void {
-      s.process.statsdDropped.inc();
-    },
-
-    localCache(read) {
-      for (const name of LOCAL_CACHE_GAUGES) {
-        new Gauge({
-          name: `ratelimit_localcache_${name}`,
-          help: `The reference's local cache: ${name}, as its cache library counts it.`,
-          // A mean access time is averaged over workers; the counts add up.
-          aggregator: name === 'averageAccessTime' ? 'average' : 'sum',
-          registers: [registry],
-          collect() {
-            this.set(read()[name]);
-          },
-        });
-      }
-    },
-
+    observeLatency: (seconds, outcome) => recordLatency(s.requests.pending, seconds, outcome),
+    boundReached: (bound) => s.boundsReached.labels(bound).inc(),
+    statsdFlushDropped: () => s.process.statsdDropped.inc(),
+    localCache: (read) => addLocalCacheGauges(registry, read),
     invalidRequest(): void {
       s.requests.pending.requests += 1;
       s.requests.invalidRequests.inc();
     },
-
     rulesVersion(source: string, version: string): void {
       s.loads.rulesInfo.reset();
       s.loads.rulesInfo.labels(source, version).set(1);
     },
-
-    configLoad(ok: boolean): void {
-      if (ok) {
-        s.loads.configLoadSuccess.inc();
-        s.loads.loadSuccess.inc();
-      } else {
-        s.loads.configLoadError.inc();
-        s.loads.loadError.inc();
-      }
-    },
-
+    configLoad: (ok) => countConfigLoad(s.loads, ok),
     contentType: registry.contentType,
     text: () => registry.metrics(),
     snapshot: () => registry.getMetricsAsJSON(),
@@ -432,8 +326,9 @@ interface Series {
 }
 
 /**
- * Registers every series in the order the exposition has always listed them, which interleaves
- * the concerns: the series are made unregistered (`registers: []`) so that this list alone sets it.
+ * Registers every series, in the exposition's order, which interleaves the concerns. Each series
+ * is made with `registers: []` (prom-client's default is its global registry), so this list alone
+ * decides what /metrics shows and in which order: a series left out of it is not exposed.
  */
 function register(registry: Registry, s: Series): void {
   const inOrder: Metric[] = [
@@ -543,6 +438,71 @@ function flushRules(rules: RuleCounters): void {
   }
 }
 
+/** Adds each outcome's hits to its rule's series; a cost that is not a count is skipped. */
+function countRules(rules: RuleCounters, outcomes: readonly RuleOutcome[]): void {
+  for (const rule of outcomes) {
+    const hits = rule.hits;
+    if (!(hits >= 0 && hits <= Number.MAX_SAFE_INTEGER)) continue;
+    const s = seriesOf(rules, rule);
+    const counts = splitHits(rule);
+    s.totalHits += hits;
+    s.overLimit += counts.over;
+    s.withinLimit += counts.within;
+    s.nearLimit += counts.near;
+    s.shadowMode += counts.shadow;
+    s.localCache += counts.localCache;
+  }
+}
+
+/** The rule's series, made at its first outcome; past the cap, a detailed key's go to `_overflow`. */
+function seriesOf(rules: RuleCounters, rule: RuleOutcome): RuleSeries {
+  const key = rule.metricKey;
+  const key1 = key[0] ?? '';
+  // Two levels map as the reference does; deeper parts join key2 rather than being lost,
+  // unless the reference's series are asked for as they are.
+  const key2 = key.length <= 2 || rules.referenceLabels ? (key[1] ?? '') : key.slice(1).join('.');
+  const known = findSeries(rules, rule.domain, key1, key2);
+  if (known !== undefined) return known;
+  if (!rule.detailed) return addSeries(rules, rule.domain, key1, key2);
+  if (rules.detailed < rules.maxDetailed) {
+    rules.detailed++;
+    return addSeries(rules, rule.domain, key1, key2);
+  }
+  rules.detailedOverflow.inc();
+  return (
+    findSeries(rules, rule.domain, OVERFLOW_KEY, '') ??
+    addSeries(rules, rule.domain, OVERFLOW_KEY, '')
+  );
+}
+
+function findSeries(
+  rules: RuleCounters,
+  domain: string,
+  key1: string,
+  key2: string,
+): RuleSeries | undefined {
+  return rules.byLabels.get(domain)?.get(key1)?.get(key2);
+}
+
+function addSeries(rules: RuleCounters, domain: string, key1: string, key2: string): RuleSeries {
+  const s: RuleSeries = {
+    labels: { domain, key1, key2 },
+    totalHits: 0,
+    overLimit: 0,
+    nearLimit: 0,
+    withinLimit: 0,
+    shadowMode: 0,
+    localCache: 0,
+  };
+  let byKey1 = rules.byLabels.get(domain);
+  if (byKey1 === undefined) rules.byLabels.set(domain, (byKey1 = new Map()));
+  let byKey2 = byKey1.get(key1);
+  if (byKey2 === undefined) byKey1.set(key1, (byKey2 = new Map()));
+  byKey2.set(key2, s);
+  rules.series.push(s);
+  return s;
+}
+
 /** How checks were answered besides their rules' outcomes. */
 interface CheckCounters {
   globalShadowMode: Counter;
@@ -568,6 +528,12 @@ function createCheckCounters(): CheckCounters {
       registers: [],
     }),
   };
+}
+
+function countCheck(checks: CheckCounters, event: CheckEvent): void {
+  if (event.unknownDomain) checks.domainNotFound.inc();
+  if (event.globalShadow) checks.globalShadowMode.inc();
+  if (event.overLimitCache === true) checks.overLimitCacheHits.inc();
 }
 
 /** RPCs answered and their latencies, and requests refused as malformed. */
@@ -636,6 +602,19 @@ function createRequestSeries(): RequestSeries {
   return { totalRequests, responseTime, checkDuration, invalidRequests, pending };
 }
 
+/** One RPC answered; a latency that is not a duration is not recorded. */
+function recordLatency(
+  pending: RequestSeries['pending'],
+  seconds: number,
+  outcome: RpcOutcome,
+): void {
+  pending.requests += 1;
+  if (!(seconds >= 0 && Number.isFinite(seconds))) return;
+  record(pending.responseTimes, seconds);
+  const byOutcome = pending.checkDurations.get(outcome);
+  if (byOutcome !== undefined) record(byOutcome, seconds);
+}
+
 /** Store failures, under the reference's name and tollgate's, and the time spent in the store. */
 interface StoreSeries {
   shouldRateLimitError: Counter<'err_type'>;
@@ -678,6 +657,25 @@ function createStoreSeries(): StoreSeries {
     errorChildren: new Map(),
     pendingDurations,
   };
+}
+
+/** A check's store failure, under both names, and its time in the store if it called it. */
+function countStore(store: StoreSeries, event: CheckEvent): void {
+  const error = event.storeError;
+  if (error !== undefined) {
+    let children = store.errorChildren.get(error.kind);
+    if (children === undefined) {
+      children = [
+        store.shouldRateLimitError.labels(error.kind),
+        store.storeErrors.labels(error.kind),
+      ];
+      store.errorChildren.set(error.kind, children);
+    }
+    for (const child of children) child.inc();
+  }
+  if (event.storeMs > 0 || error !== undefined) {
+    record(store.pendingDurations, Math.max(0, event.storeMs) / 1000);
+  }
 }
 
 /** Rules loads, under the reference's names and tollgate's, and the rules in force (xDS). */
@@ -726,6 +724,16 @@ function createRulesLoadSeries(): RulesLoadSeries {
   };
 }
 
+function countConfigLoad(loads: RulesLoadSeries, ok: boolean): void {
+  if (ok) {
+    loads.configLoadSuccess.inc();
+    loads.loadSuccess.inc();
+  } else {
+    loads.configLoadError.inc();
+    loads.loadError.inc();
+  }
+}
+
 /** What the gRPC and HTTP servers' bounds refused or ended; every bound starts at 0. */
 function createBoundsReached(): Counter<'bound'> {
   const boundsReached = new Counter({
@@ -758,6 +766,22 @@ function createProcessSeries(): ProcessSeries {
   });
   workers.set(1);
   return { statsdDropped, workers };
+}
+
+/** The reference's local-cache gauges, each read from `read` at every scrape. */
+function addLocalCacheGauges(registry: Registry, read: () => LocalCacheStats): void {
+  for (const name of LOCAL_CACHE_GAUGES) {
+    new Gauge({
+      name: `ratelimit_localcache_${name}`,
+      help: `The reference's local cache: ${name}, as its cache library counts it.`,
+      // A mean access time is averaged over workers; the counts add up.
+      aggregator: name === 'averageAccessTime' ? 'average' : 'sum',
+      registers: [registry],
+      collect() {
+        this.set(read()[name]);
+      },
+    });
+  }
 }
 
 export interface MetricsAggregator {
