@@ -1,5 +1,7 @@
 /**
- * Prometheus metrics on a private registry. This is the only module that imports prom-client.
+ * Prometheus metrics on a private registry: what each series counts, and the observations that
+ * count it. With metricsSeries.ts, which defines the series, the only module that imports
+ * prom-client.
  *
  * The `ratelimit_service_*` series have the names and labels that envoyproxy/ratelimit exposes
  * through its default statsd-exporter mapping, so dashboards built for it keep working.
@@ -64,42 +66,36 @@
 import {
   AggregatorRegistry,
   Counter,
-  Gauge,
-  Histogram,
   Registry,
   collectDefaultMetrics,
   type MetricObjectWithValues,
   type MetricValue,
 } from 'prom-client';
+import {
+  addLocalCacheGauges,
+  createBoundsReached,
+  createCheckCounters,
+  createProcessSeries,
+  createRequestSeries,
+  createRuleCounters,
+  createRulesLoadSeries,
+  createStoreSeries,
+  record,
+  registerSeries,
+  type Bound,
+  type CheckCounters,
+  type RequestSeries,
+  type RpcOutcome,
+  type RuleCounters,
+  type RuleSeries,
+  type RulesLoadSeries,
+  type Series,
+  type StoreSeries,
+} from './metricsSeries.js';
 import { splitHits, type CheckEvent, type RuleOutcome } from './outcome.js';
 import type { LocalCacheStats } from './overLimitCache.js';
-import { STORE_ERROR_KINDS } from './store/redisErrors.js';
 
-export type RpcOutcome = 'ok' | 'over_limit' | 'invalid' | 'unavailable' | 'internal';
-
-/** The reference's local-cache gauges, in its order. */
-export const LOCAL_CACHE_GAUGES = [
-  'evacuateCount',
-  'expiredCount',
-  'entryCount',
-  'averageAccessTime',
-  'hitCount',
-  'missCount',
-  'lookupCount',
-  'overwriteCount',
-] as const satisfies readonly (keyof LocalCacheStats)[];
-
-/** The server's bounds, as `tollgate_bounds_reached_total` labels them. */
-const BOUNDS = [
-  'grpc_connections',
-  'grpc_calls',
-  'grpc_receiving_bytes',
-  'grpc_call_timeout',
-  'grpc_connection_age',
-  'grpc_connection_idle',
-  'http_connections',
-] as const;
-export type Bound = (typeof BOUNDS)[number];
+export { LOCAL_CACHE_GAUGES, type Bound, type RpcOutcome } from './metricsSeries.js';
 
 export interface MetricsOptions {
   /** Distinct label sets for descriptor-valued keys, in total (METRICS_MAX_DETAILED_SERIES). */
@@ -150,441 +146,162 @@ export type MetricsSnapshot = MetricObjectWithValues<MetricValue<string>>[];
 /** The name of the series that descriptor-valued keys fall into past the cap. */
 export const OVERFLOW_KEY = '_overflow';
 
-/** From a sub-millisecond answer to a slow one; includes every default bucket up to 1 s. */
-const LATENCY_BUCKETS = [
-  0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-];
-const RPC_OUTCOMES: readonly RpcOutcome[] = [
-  'ok',
-  'over_limit',
-  'invalid',
-  'unavailable',
-  'internal',
-];
-const RULE_LABELS = ['domain', 'key1', 'key2'] as const;
-
-type RuleLabels = Record<(typeof RULE_LABELS)[number], string>;
-
-/**
- * One rule's counts not yet handed to prom-client. `observe` only adds to these numbers; they are
- * moved into the counters when the registry is read, so the hot path does no label hashing.
- */
-interface RuleSeries {
-  labels: RuleLabels;
-  totalHits: number;
-  overLimit: number;
-  nearLimit: number;
-  withinLimit: number;
-  shadowMode: number;
-  localCache: number;
-}
-
-/**
- * Observations of one histogram series not yet handed to prom-client: a count per bucket (the
- * last one past every bound), their sum and their number. prom-client's own `observe` hashes and
- * checks the labels on every call, even on a bound child; this is a bound scan and three adds.
- */
-interface PendingHistogram {
-  buckets: Float64Array;
-  sum: number;
-  count: number;
-}
-
-const pendingHistogram = (): PendingHistogram => ({
-  buckets: new Float64Array(LATENCY_BUCKETS.length + 1),
-  sum: 0,
-  count: 0,
-});
-
-function record(pending: PendingHistogram, seconds: number): void {
-  // What prom-client refuses; the callers drop it too.
-  if (!Number.isFinite(seconds)) return;
-  let i = 0;
-  while (i < LATENCY_BUCKETS.length && seconds > (LATENCY_BUCKETS[i] as number)) i++;
-  pending.buckets[i] = (pending.buckets[i] as number) + 1;
-  pending.sum += seconds;
-  pending.count += 1;
-}
-
-/** What prom-client 15 keeps for one series of a histogram, which `moveInto` adds to. */
-interface HistogramCell {
-  labels: object;
-  bucketValues: Record<string, number>;
-  sum: number;
-  count: number;
-}
-
-/**
- * Adds the pending observations to the histogram's series for `labels`, as many `observe` calls
- * would. prom-client has no public call that adds a bucket's count, so this writes the series it
- * keeps (after `zero`, which makes the series as an `observe` would); the check below stops at
- * start-up if a prom-client changes that shape.
- */
-function moveInto(
-  histogram: Histogram<string>,
-  labels: Record<string, string>,
-  pending: PendingHistogram,
-): void {
-  if (pending.count === 0) return;
-  const cell = histogramCell(histogram, labels);
-  LATENCY_BUCKETS.forEach((bound, i) => {
-    const n = pending.buckets[i] as number;
-    if (n > 0) cell.bucketValues[bound] = (cell.bucketValues[bound] ?? 0) + n;
-  });
-  cell.sum += pending.sum;
-  cell.count += pending.count;
-  pending.buckets.fill(0);
-  pending.sum = 0;
-  pending.count = 0;
-}
-
-function histogramCell(
-  histogram: Histogram<string>,
-  labels: Record<string, string>,
-): HistogramCell {
-  const cells = (histogram as unknown as { hashMap?: Record<string, HistogramCell> }).hashMap;
-  const matches = (cell: HistogramCell) => {
-    const own = cell.labels as Record<string, string>;
-    const names = Object.keys(labels);
-    return names.length === Object.keys(own).length && names.every((n) => own[n] === labels[n]);
-  };
-  let cell = cells && Object.values(cells).find(matches);
-  if (cell === undefined) {
-    histogram.zero(labels);
-    const made = (histogram as unknown as { hashMap?: Record<string, HistogramCell> }).hashMap;
-    cell = made && Object.values(made).find(matches);
-  }
-  if (
-    cell === undefined ||
-    typeof cell.sum !== 'number' ||
-    typeof cell.count !== 'number' ||
-    typeof cell.bucketValues !== 'object'
-  ) {
-    throw new Error(
-      'prom-client keeps histograms in another shape: the latency metrics cannot be kept',
-    );
-  }
-  return cell;
-}
-
 export function createMetrics(options: MetricsOptions): Metrics {
   const registry = new Registry();
-  const registers = [registry];
   if (options.defaultMetrics ?? true) {
     collectDefaultMetrics({ register: registry, prefix: 'tollgate_' });
   }
-
-  // RPCs and latencies since the registry was last read: plain numbers on the hot path, moved into
-  // prom-client by flushLatencies when it is read.
-  let requests = 0;
-  const responseTimes = pendingHistogram();
-  const checkDurations = new Map(RPC_OUTCOMES.map((o) => [o, pendingHistogram()]));
-  const storeDurations = pendingHistogram();
-  function flushLatencies(): void {
-    if (requests > 0) requestsChild.inc(requests);
-    requests = 0;
-    moveInto(responseTime, shouldRateLimit, responseTimes);
-    for (const [outcome, pending] of checkDurations) {
-      moveInto(checkDuration, { outcome }, pending);
-    }
-    moveInto(storeDuration, {}, storeDurations);
-  }
-
-  const series: RuleSeries[] = [];
-  const byLabels = new Map<string, Map<string, Map<string, RuleSeries>>>();
-  let detailedSeries = 0;
-  const flush = (): void => {
-    for (const s of series) {
-      if (s.totalHits > 0) totalHits.inc(s.labels, s.totalHits);
-      if (s.overLimit > 0) overLimit.inc(s.labels, s.overLimit);
-      if (s.nearLimit > 0) nearLimit.inc(s.labels, s.nearLimit);
-      if (s.withinLimit > 0) withinLimit.inc(s.labels, s.withinLimit);
-      if (s.shadowMode > 0) shadowMode.inc(s.labels, s.shadowMode);
-      if (s.localCache > 0) localCache.inc(s.labels, s.localCache);
-      s.totalHits = s.overLimit = s.nearLimit = s.withinLimit = s.shadowMode = s.localCache = 0;
-    }
+  const s: Series = {
+    rules: createRuleCounters(options.maxDetailedSeries, options.referenceLabels ?? false),
+    checks: createCheckCounters(),
+    requests: createRequestSeries(),
+    store: createStoreSeries(),
+    loads: createRulesLoadSeries(),
+    boundsReached: createBoundsReached(),
+    process: createProcessSeries(),
   };
-  const ruleCounter = (name: string, help: string) =>
-    new Counter({ name, help, labelNames: RULE_LABELS, registers, collect: flush });
-
-  const totalHits = ruleCounter(
-    'ratelimit_service_rate_limit_total_hits',
-    'Hits on a rule, by the descriptor cost.',
-  );
-  const overLimit = ruleCounter(
-    'ratelimit_service_rate_limit_over_limit',
-    'Hits on a rule that were over its limit.',
-  );
-  const nearLimit = ruleCounter(
-    'ratelimit_service_rate_limit_near_limit',
-    'Hits within a rule limit that left it at or above the near-limit ratio.',
-  );
-  const withinLimit = ruleCounter(
-    'ratelimit_service_rate_limit_within_limit',
-    'Hits on a rule that were within its limit.',
-  );
-  const shadowMode = ruleCounter(
-    'ratelimit_service_rate_limit_shadow_mode',
-    'Over-limit hits on a rule that shadow mode let through.',
-  );
-  const localCache = ruleCounter(
-    'ratelimit_service_rate_limit_over_limit_with_local_cache',
-    'Over-limit hits on a rule answered from the local cache (COMPAT_MODE=reference).',
-  );
-  const shouldRateLimitError = new Counter({
-    name: 'ratelimit_service_should_rate_limit_error',
-    help: 'Checks whose store call failed, by error type.',
-    labelNames: ['err_type'] as const,
-    registers,
-  });
-  const configLoadSuccess = new Counter({
-    name: 'ratelimit_service_config_load_success',
-    help: 'Rules loads that succeeded.',
-    registers,
-  });
-  const configLoadError = new Counter({
-    name: 'ratelimit_service_config_load_error',
-    help: 'Rules loads that failed.',
-    registers,
-  });
-  const globalShadowMode = new Counter({
-    name: 'ratelimit_service_global_shadow_mode',
-    help: 'Over-limit requests that global shadow mode let through.',
-    registers,
-  });
-  const totalRequests = new Counter({
-    name: 'ratelimit_service_total_requests',
-    help: 'RPCs answered.',
-    labelNames: ['grpc_method'] as const,
-    registers,
-    collect: flushLatencies,
-  });
-  const responseTime = new Histogram({
-    name: 'ratelimit_service_response_time_seconds',
-    help: 'RPC latency in seconds.',
-    labelNames: ['grpc_method'] as const,
-    buckets: LATENCY_BUCKETS,
-    registers,
-    collect: flushLatencies,
-  });
-  const checkDuration = new Histogram({
-    name: 'tollgate_check_duration_seconds',
-    help: 'RPC latency in seconds, by outcome.',
-    labelNames: ['outcome'] as const,
-    buckets: LATENCY_BUCKETS,
-    registers,
-    collect: flushLatencies,
-  });
-  const storeDuration = new Histogram({
-    name: 'tollgate_store_duration_seconds',
-    help: 'Time spent in the store per check, in seconds.',
-    buckets: LATENCY_BUCKETS,
-    registers,
-    collect: flushLatencies,
-  });
-  const storeErrors = new Counter({
-    name: 'tollgate_store_errors_total',
-    help: 'Store failures, by kind.',
-    labelNames: ['kind'] as const,
-    registers,
-  });
-  const domainNotFound = new Counter({
-    name: 'tollgate_domain_not_found_total',
-    help: 'Checks for a domain that has no rules.',
-    registers,
-  });
-  const configLoads = new Counter({
-    name: 'tollgate_config_loads_total',
-    help: 'Rules loads and reloads, by result.',
-    labelNames: ['result'] as const,
-    registers,
-  });
-  const rulesInfo = new Gauge({
-    name: 'tollgate_rules_info',
-    help: 'The rules in force: 1 for their source and version (xDS), one series at a time.',
-    labelNames: ['source', 'version'] as const,
-    aggregator: 'max',
-    registers,
-  });
-  const invalidRequests = new Counter({
-    name: 'tollgate_invalid_requests_total',
-    help: 'Requests refused as malformed (INVALID_ARGUMENT, or HTTP 400 on /json).',
-    registers,
-  });
-  const detailedOverflow = new Counter({
-    name: 'tollgate_metrics_detailed_overflow_total',
-    help: 'Rule outcomes reported under key1="_overflow" because the detailed series were capped.',
-    registers,
-  });
-  const overLimitCacheHits = new Counter({
-    name: 'tollgate_over_limit_cache_hits_total',
-    help: 'Checks denied from the over-limit cache, without a store call.',
-    registers,
-  });
-  const boundsReached = new Counter({
-    name: 'tollgate_bounds_reached_total',
-    help: "Connections and calls the server's bounds refused or ended, by bound.",
-    labelNames: ['bound'] as const,
-    registers,
-  });
-  for (const bound of BOUNDS) boundsReached.labels(bound).inc(0);
-  const statsdDropped = new Counter({
-    name: 'tollgate_statsd_dropped_flushes_total',
-    help: 'statsd flushes (USE_STATSD) that lost stats: no connection, or a server reading nothing.',
-    registers,
-  });
-  // Summed over a cluster's live workers (a retired worker's gauges go with it): how many serve.
-  new Gauge({
-    name: 'tollgate_workers',
-    help: 'Service processes serving: 1 per process; under WORKERS, the workers alive.',
-    registers,
-  }).set(1);
-
-  const shouldRateLimit = { grpc_method: 'ShouldRateLimit' };
-  const requestsChild = totalRequests.labels(shouldRateLimit);
-  const storeErrorChildren = new Map<string, { inc(): void }[]>();
-  // tollgate's own series of every known kind start at 0, so rate() and alerts see the first error
-  // of each kind; the reference's should_rate_limit_error appears at its first, as the reference's.
-  for (const kind of STORE_ERROR_KINDS) storeErrors.labels(kind).inc(0);
-  const loadSuccess = configLoads.labels('success');
-  const loadError = configLoads.labels('error');
-  // Known results start at 0, so increase() and alerts see the first error.
-  loadSuccess.inc(0);
-  loadError.inc(0);
-
-  function find(domain: string, key1: string, key2: string): RuleSeries | undefined {
-    return byLabels.get(domain)?.get(key1)?.get(key2);
-  }
-
-  function add(domain: string, key1: string, key2: string): RuleSeries {
-    const s: RuleSeries = {
-      labels: { domain, key1, key2 },
-      totalHits: 0,
-      overLimit: 0,
-      nearLimit: 0,
-      withinLimit: 0,
-      shadowMode: 0,
-      localCache: 0,
-    };
-    let byKey1 = byLabels.get(domain);
-    if (byKey1 === undefined) byLabels.set(domain, (byKey1 = new Map()));
-    let byKey2 = byKey1.get(key1);
-    if (byKey2 === undefined) byKey1.set(key1, (byKey2 = new Map()));
-    byKey2.set(key2, s);
-    series.push(s);
-    return s;
-  }
-
-  function seriesOf(rule: RuleOutcome): RuleSeries {
-    const key = rule.metricKey;
-    const key1 = key[0] ?? '';
-    // Two levels map as the reference does; deeper parts join key2 rather than being lost,
-    // unless the reference's series are asked for as they are.
-    const key2 =
-      key.length <= 2 || options.referenceLabels ? (key[1] ?? '') : key.slice(1).join('.');
-    const known = find(rule.domain, key1, key2);
-    if (known !== undefined) return known;
-    if (!rule.detailed) return add(rule.domain, key1, key2);
-    if (detailedSeries < options.maxDetailedSeries) {
-      detailedSeries++;
-      return add(rule.domain, key1, key2);
-    }
-    detailedOverflow.inc();
-    return find(rule.domain, OVERFLOW_KEY, '') ?? add(rule.domain, OVERFLOW_KEY, '');
-  }
-
-  function countStoreError(kind: string): void {
-    let children = storeErrorChildren.get(kind);
-    if (children === undefined) {
-      children = [shouldRateLimitError.labels(kind), storeErrors.labels(kind)];
-      storeErrorChildren.set(kind, children);
-    }
-    for (const child of children) child.inc();
-  }
+  registerSeries(registry, s);
 
   return {
     observe(event: CheckEvent): void {
       try {
-        for (const rule of event.rules) {
-          const hits = rule.hits;
-          if (!(hits >= 0 && hits <= Number.MAX_SAFE_INTEGER)) continue;
-          const s = seriesOf(rule);
-          const counts = splitHits(rule);
-          s.totalHits += hits;
-          s.overLimit += counts.over;
-          s.withinLimit += counts.within;
-          s.nearLimit += counts.near;
-          s.shadowMode += counts.shadow;
-          s.localCache += counts.localCache;
-        }
-        if (event.storeError !== undefined) countStoreError(event.storeError.kind);
-        if (event.storeMs > 0 || event.storeError !== undefined) {
-          record(storeDurations, Math.max(0, event.storeMs) / 1000);
-        }
-        if (event.unknownDomain) domainNotFound.inc();
-        if (event.globalShadow) globalShadowMode.inc();
-        if (event.overLimitCache === true) overLimitCacheHits.inc();
+        countRules(s.rules, event.rules);
+        countStore(s.store, event);
+        countCheck(s.checks, event);
       } catch {
         // Metrics must never fail a check; a malformed event is dropped.
       }
     },
-
-    observeLatency(seconds: number, outcome: RpcOutcome): void {
-      requests += 1;
-      if (!(seconds >= 0 && Number.isFinite(seconds))) return;
-      record(responseTimes, seconds);
-      const pending = checkDurations.get(outcome);
-      if (pending !== undefined) record(pending, seconds);
-    },
-
-    boundReached(bound: Bound): void {
-      boundsReached.labels(bound).inc();
-    },
-
-    statsdFlushDropped(): void {
-      statsdDropped.inc();
-    },
-
-    localCache(read) {
-      for (const name of LOCAL_CACHE_GAUGES) {
-        new Gauge({
-          name: `ratelimit_localcache_${name}`,
-          help: `The reference's local cache: ${name}, as its cache library counts it.`,
-          // A mean access time is averaged over workers; the counts add up.
-          aggregator: name === 'averageAccessTime' ? 'average' : 'sum',
-          registers,
-          collect() {
-            this.set(read()[name]);
-          },
-        });
-      }
-    },
-
+    observeLatency: (seconds, outcome) => recordLatency(s.requests.pending, seconds, outcome),
+    boundReached: (bound) => s.boundsReached.labels(bound).inc(),
+    statsdFlushDropped: () => s.process.statsdDropped.inc(),
+    localCache: (read) => addLocalCacheGauges(registry, read),
     invalidRequest(): void {
-      requests += 1;
-      invalidRequests.inc();
+      s.requests.pending.requests += 1;
+      s.requests.invalidRequests.inc();
     },
-
     rulesVersion(source: string, version: string): void {
-      rulesInfo.reset();
-      rulesInfo.labels(source, version).set(1);
+      s.loads.rulesInfo.reset();
+      s.loads.rulesInfo.labels(source, version).set(1);
     },
-
-    configLoad(ok: boolean): void {
-      if (ok) {
-        configLoadSuccess.inc();
-        loadSuccess.inc();
-      } else {
-        configLoadError.inc();
-        loadError.inc();
-      }
-    },
-
+    configLoad: (ok) => countConfigLoad(s.loads, ok),
     contentType: registry.contentType,
     text: () => registry.metrics(),
     snapshot: () => registry.getMetricsAsJSON(),
     registry,
   };
+}
+
+/** Adds each outcome's hits to its rule's series; a cost that is not a count is skipped. */
+function countRules(rules: RuleCounters, outcomes: readonly RuleOutcome[]): void {
+  for (const rule of outcomes) {
+    const hits = rule.hits;
+    if (!(hits >= 0 && hits <= Number.MAX_SAFE_INTEGER)) continue;
+    const s = seriesOf(rules, rule);
+    const counts = splitHits(rule);
+    s.totalHits += hits;
+    s.overLimit += counts.over;
+    s.withinLimit += counts.within;
+    s.nearLimit += counts.near;
+    s.shadowMode += counts.shadow;
+    s.localCache += counts.localCache;
+  }
+}
+
+/** The rule's series, made at its first outcome; past the cap, detailed keys go to `_overflow`. */
+function seriesOf(rules: RuleCounters, rule: RuleOutcome): RuleSeries {
+  const key = rule.metricKey;
+  const key1 = key[0] ?? '';
+  // Two levels map as the reference does; deeper parts join key2 rather than being lost,
+  // unless the reference's series are asked for as they are.
+  const key2 = key.length <= 2 || rules.referenceLabels ? (key[1] ?? '') : key.slice(1).join('.');
+  const known = findSeries(rules, rule.domain, key1, key2);
+  if (known !== undefined) return known;
+  if (!rule.detailed) return addSeries(rules, rule.domain, key1, key2);
+  if (rules.detailed < rules.maxDetailed) {
+    rules.detailed++;
+    return addSeries(rules, rule.domain, key1, key2);
+  }
+  rules.detailedOverflow.inc();
+  return (
+    findSeries(rules, rule.domain, OVERFLOW_KEY, '') ??
+    addSeries(rules, rule.domain, OVERFLOW_KEY, '')
+  );
+}
+
+function findSeries(
+  rules: RuleCounters,
+  domain: string,
+  key1: string,
+  key2: string,
+): RuleSeries | undefined {
+  return rules.byLabels.get(domain)?.get(key1)?.get(key2);
+}
+
+function addSeries(rules: RuleCounters, domain: string, key1: string, key2: string): RuleSeries {
+  const s: RuleSeries = {
+    labels: { domain, key1, key2 },
+    totalHits: 0,
+    overLimit: 0,
+    nearLimit: 0,
+    withinLimit: 0,
+    shadowMode: 0,
+    localCache: 0,
+  };
+  let byKey1 = rules.byLabels.get(domain);
+  if (byKey1 === undefined) rules.byLabels.set(domain, (byKey1 = new Map()));
+  let byKey2 = byKey1.get(key1);
+  if (byKey2 === undefined) byKey1.set(key1, (byKey2 = new Map()));
+  byKey2.set(key2, s);
+  rules.series.push(s);
+  return s;
+}
+
+function countCheck(checks: CheckCounters, event: CheckEvent): void {
+  if (event.unknownDomain) checks.domainNotFound.inc();
+  if (event.globalShadow) checks.globalShadowMode.inc();
+  if (event.overLimitCache === true) checks.overLimitCacheHits.inc();
+}
+
+/** One RPC answered; a latency that is not a duration is not recorded. */
+function recordLatency(
+  pending: RequestSeries['pending'],
+  seconds: number,
+  outcome: RpcOutcome,
+): void {
+  pending.requests += 1;
+  if (!(seconds >= 0 && Number.isFinite(seconds))) return;
+  record(pending.responseTimes, seconds);
+  const byOutcome = pending.checkDurations.get(outcome);
+  if (byOutcome !== undefined) record(byOutcome, seconds);
+}
+
+/** A check's store failure, if any, and its time in the store if it called it. */
+function countStore(store: StoreSeries, event: CheckEvent): void {
+  if (event.storeError !== undefined) countStoreError(store, event.storeError.kind);
+  if (event.storeMs > 0 || event.storeError !== undefined) {
+    record(store.pendingDurations, Math.max(0, event.storeMs) / 1000);
+  }
+}
+
+/** A store failure, under the reference's name and tollgate's; each kind's pair is bound once. */
+function countStoreError(store: StoreSeries, kind: string): void {
+  let children = store.errorChildren.get(kind);
+  if (children === undefined) {
+    children = [store.shouldRateLimitError.labels(kind), store.storeErrors.labels(kind)];
+    store.errorChildren.set(kind, children);
+  }
+  for (const child of children) child.inc();
+}
+
+function countConfigLoad(loads: RulesLoadSeries, ok: boolean): void {
+  if (ok) {
+    loads.configLoadSuccess.inc();
+    loads.loadSuccess.inc();
+  } else {
+    loads.configLoadError.inc();
+    loads.loadError.inc();
+  }
 }
 
 export interface MetricsAggregator {
