@@ -5,7 +5,6 @@
  */
 
 import type { Code, DescriptorStatus, Header } from '@tollgate/client';
-import type { JsonValue } from './rules/types.js';
 
 // The decision's parts are the client's public types, so that what the service answers and what
 // the client reports are one definition.
@@ -57,3 +56,7 @@ export type RequestHeader = (name: string) => string | string[] | undefined;
  * headers unless something reads them: tracing, for `traceparent`, when it is on.
  */
 export type HeaderReader<C> = (carrier: C, name: string) => string | string[] | undefined;
+
+/** A value of the rules' `metadata`, and of the dynamic metadata a decision returns. */
+export type JsonValue =
+  null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };

@@ -20,7 +20,7 @@ import { RulesError } from '../errors.js';
 import type { LoadRulesOptions } from './loadRules.js';
 import type { LoadRequest, LoadWorkerMessage } from './loadWorker.js';
 import { createRuleAssembler } from './ruleRecords.js';
-import { loadSource, sourceName, type RulesSource } from './rulesSource.js';
+import { loadSource, sourceName, type RulesInput } from './rulesSource.js';
 import type { RuleSet } from './types.js';
 
 /**
@@ -42,7 +42,7 @@ const workerFile = fileURLToPath(new URL('./loadWorker.js', import.meta.url));
 
 export interface RulesLoader {
   /** Loads one source's rules; loads run one after another, in the order asked. */
-  load(source: RulesSource, options: LoadRulesOptions): Promise<RuleSet>;
+  load(source: RulesInput, options: LoadRulesOptions): Promise<RuleSet>;
   /** Ends the worker; a load under way fails. */
   close(): Promise<void>;
 }
@@ -100,7 +100,7 @@ function workerOf(state: LoaderState): Worker {
 
 function loadOne(
   state: LoaderState,
-  source: RulesSource,
+  source: RulesInput,
   options: LoadRulesOptions,
 ): Promise<RuleSet> {
   if (!existsSync(workerFile)) return Promise.resolve().then(() => loadSource(source, options));

@@ -6,11 +6,11 @@
 import { parentPort } from 'node:worker_threads';
 import type { LoadRulesOptions } from './loadRules.js';
 import { ruleRecords, type RuleRecord } from './ruleRecords.js';
-import { loadSource, type RulesSource } from './rulesSource.js';
+import { loadSource, type RulesInput } from './rulesSource.js';
 
 /** To the worker: a load, or the next batch of one. */
 export type LoadRequest =
-  | { load: number; source: RulesSource; options: LoadRulesOptions; batchSize: number }
+  | { load: number; source: RulesInput; options: LoadRulesOptions; batchSize: number }
   | { next: number };
 
 /** From the worker: a batch, the last one with `done`; or the error that refused the rules. */

@@ -2,6 +2,9 @@
  * The loaded rules: what `loadRules` builds from YAML and what `matchRule` walks per request.
  * Plain data, immutable once built, so a reload can swap a whole `RuleSet` atomically.
  */
+import type { JsonValue } from '../check.js';
+
+export type { JsonValue };
 
 export type Algorithm = 'fixed_window' | 'sliding_window' | 'token_bucket';
 
@@ -40,9 +43,6 @@ export interface Limit {
    */
   overdraw: boolean;
 }
-
-export type JsonValue =
-  null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
 
 /** One `descriptors` item of the rules file. */
 export interface RuleNode {

@@ -19,7 +19,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { loaderOptions } from '../grpc/protos.js';
 import type { XdsSettings } from './xdsSettings.js';
-import type { RulesSource } from './rulesSource.js';
+import type { RulesInput } from './rulesSource.js';
 import type { RuleSet } from './types.js';
 import { RATE_LIMIT_CONFIG_TYPE, type XdsResource } from './xdsRules.js';
 
@@ -60,7 +60,7 @@ export interface XdsClientOptions {
   /** tollgate's version, sent as the node's user agent version. */
   version: string;
   /** Loads one update's rules (off the serving thread); rejects with why they are refused. */
-  load: (source: RulesSource) => Promise<RuleSet>;
+  load: (source: RulesInput) => Promise<RuleSet>;
   onApplied: (rules: RuleSet, version: string) => void;
   onRejected: (error: Error, version: string) => void;
   /** A stream opened (connected) or was lost, with why. */
