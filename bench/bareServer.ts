@@ -1,7 +1,7 @@
 import { createServer, constants, type ServerHttp2Stream } from 'node:http2';
 import * as grpc from '@grpc/grpc-js';
-import { encodeResponse } from '../src/grpc/codec.js';
-import { shouldRateLimitMethod } from '../src/grpc/protos.js';
+import { encodeResponse } from '../src/servers/grpc/codec.js';
+import { shouldRateLimitMethod } from '../src/core/protos.js';
 
 /**
  * The floors for a ShouldRateLimit server on this machine, answering one constant OK and decoding

@@ -11,7 +11,7 @@
 // With two builds (say, `dist` and a copy of an older one), the rounds alternate between them,
 // so that both see the same machine, and it prints each one's median CPU ns per call.
 import { Buffer } from 'node:buffer';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -61,16 +61,22 @@ const descriptors =
       ]
     : [{ entries: [{ key: 'hot', value: 'one' }] }];
 
-/** One build's path of a call, as the service runs it (service.ts's decide). */
+/** One build's path of a call, as the service runs it (process/service.ts's decide). */
 async function pathOf(dist) {
-  const load = (file) => import(pathToFileURL(resolve(dist, file)).href);
-  const { createLimiter } = await load('limiter.js');
+  // A module by its place in src/'s folders, or by its place before src/ had them, so that a build
+  // of either layout can be compared with the other.
+  const load = (file, before = file) =>
+    import(pathToFileURL(resolve(dist, existsSync(resolve(dist, file)) ? file : before)).href);
+  const { createLimiter } = await load('decision/limiter.js', 'limiter.js');
   const { createMemoryStore } = await load('store/memoryStore.js');
   const { createRedisStore } = await load('store/redisStore.js');
-  const { createMetrics } = await load('metrics.js');
+  const { createMetrics } = await load('observability/metrics.js', 'metrics.js');
   const { loadRules } = await load('rules/loadRules.js');
-  const { createRequestDecoder, encodeResponse } = await load('grpc/codec.js');
-  const { loadProtoRoot } = await load('grpc/protos.js');
+  const { createRequestDecoder, encodeResponse } = await load(
+    'servers/grpc/codec.js',
+    'grpc/codec.js',
+  );
+  const { loadProtoRoot } = await load('core/protos.js', 'grpc/protos.js');
   const requestType = loadProtoRoot('strings').lookupType(
     'envoy.service.ratelimit.v3.RateLimitRequest',
   );

@@ -65,7 +65,7 @@ execFileSync(process.execPath, [join(root, 'scripts/build-if-needed.mjs')], {
   stdio: 'inherit',
 });
 const { createRateLimitClient } = await import(
-  pathToFileURL(join(root, 'dist/grpc/protos.js')).href
+  pathToFileURL(join(root, 'dist/core/protos.js')).href
 );
 const { Redis } = await import('ioredis');
 

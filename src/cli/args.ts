@@ -3,10 +3,10 @@
  * loading one domain's rules with the environment's settings.
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import type { Entry } from '../check.js';
+import type { Entry } from '../core/check.js';
 import { loadRules } from '../rules/loadRules.js';
 import type { DomainRules, RuleSet } from '../rules/types.js';
-import { readSettings, type Settings } from '../settings.js';
+import { readSettings, type Settings } from '../process/settings.js';
 
 export interface Command {
   name: string;

@@ -1,6 +1,6 @@
 // `tollgate counters`: reads or resets a descriptor's counter in Redis, keyed as the service keys it.
-import type { StoreError } from '../errors.js';
-import { counterEntries, counterKey } from '../keys.js';
+import type { StoreError } from '../core/errors.js';
+import { counterEntries, counterKey } from '../store/keys.js';
 import { explainMatch, whereIs } from '../rules/explain.js';
 import { matchRule } from '../rules/match.js';
 import { createRedisStore } from '../store/redisStore.js';

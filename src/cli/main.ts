@@ -4,14 +4,14 @@
  * Exit codes: 0 success, 1 failure (or OVER_LIMIT from `query`), 2 a usage error.
  */
 import { TollgateError } from '@tollgate/client';
-import { RulesError, SettingsError, StoreError } from '../errors.js';
+import { RulesError, SettingsError, StoreError } from '../core/errors.js';
 import { CommandError, UsageError, type Command } from './args.js';
 import { checkConfig } from './checkConfig.js';
 import { counters } from './counters.js';
 import { explain } from './explain.js';
 import { query } from './query.js';
 import { serve } from './serve.js';
-import { PACKAGE_VERSION } from '../version.js';
+import { PACKAGE_VERSION } from '../core/version.js';
 
 const COMMANDS: readonly Command[] = [serve, checkConfig, query, explain, counters];
 

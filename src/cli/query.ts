@@ -1,5 +1,5 @@
 // `tollgate query`: asks a running tollgate for a decision over gRPC, and prints it.
-import type { DescriptorStatus } from '../check.js';
+import type { DescriptorStatus } from '../core/check.js';
 import { createTollgateClient, type CheckResult } from '@tollgate/client';
 import {
   DESCRIPTOR_HELP,

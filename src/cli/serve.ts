@@ -1,4 +1,4 @@
-import { RulesError, SettingsError } from '../errors.js';
+import { RulesError, SettingsError } from '../core/errors.js';
 import { positionalsOrHelp, UsageError, type Command } from './args.js';
 
 const usage = `Usage: tollgate serve
@@ -16,7 +16,7 @@ Options:
  */
 export async function startService(): Promise<void> {
   // Loaded only here, so that the other commands do not pay for the service's modules.
-  const { run } = await import('../workers.js');
+  const { run } = await import('../process/workers.js');
   try {
     await run();
   } catch (error) {

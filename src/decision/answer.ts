@@ -1,7 +1,7 @@
-import type { CurrentLimit, Decision, Descriptor, DescriptorStatus } from '../check.js';
-import type { HeaderCandidate } from '../headers.js';
-import { describeLimit } from '../limits.js';
-import type { RuleOutcome } from '../outcome.js';
+import type { CurrentLimit, Decision, Descriptor, DescriptorStatus } from '../core/check.js';
+import type { HeaderCandidate } from './headers.js';
+import { describeLimit } from './limits.js';
+import type { RuleOutcome } from './outcome.js';
 import { entriesMetricKey, metricKeyOf } from '../rules/metricKey.js';
 import type { Limit, RuleNode } from '../rules/types.js';
 import { NEVER, type CounterCheck, type StoreDecision } from '../store/Store.js';

@@ -1,5 +1,5 @@
-import { referenceCounts } from '../referenceCounts.js';
-import type { RuleCounts } from '../outcome.js';
+import { referenceCounts } from './referenceCounts.js';
+import type { RuleCounts } from './outcome.js';
 import type { Limit } from '../rules/types.js';
 import { COST_CAP, type CounterCheck, type CounterResult } from '../store/Store.js';
 

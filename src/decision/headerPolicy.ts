@@ -1,10 +1,10 @@
-import type { DescriptorStatus, Header } from '../check.js';
+import type { DescriptorStatus, Header } from '../core/check.js';
 import {
   referenceHeaders,
   responseHeaders,
   type HeaderCandidate,
   type ReferenceHeaderNames,
-} from '../headers.js';
+} from './headers.js';
 import type { PlannedDescriptor } from './plan.js';
 
 /**

@@ -1,6 +1,6 @@
-import type { Check, Decision } from '../check.js';
-import { StoreError } from '../errors.js';
-import type { CheckEvent, CheckObserver, RuleOutcome } from '../outcome.js';
+import type { Check, Decision } from '../core/check.js';
+import { StoreError } from '../core/errors.js';
+import type { CheckEvent, CheckObserver, RuleOutcome } from './outcome.js';
 import type { RuleSet } from '../rules/types.js';
 import type { Store, StoreDecision } from '../store/Store.js';
 import { answerFailure, answerPlan, answerSettled } from './answer.js';

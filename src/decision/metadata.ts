@@ -1,4 +1,4 @@
-import type { Check, Descriptor, DescriptorStatus } from '../check.js';
+import type { Check, Descriptor, DescriptorStatus } from '../core/check.js';
 import type { JsonValue, RuleNode } from '../rules/types.js';
 
 /**

@@ -1,6 +1,6 @@
-import type { Check, Descriptor, DescriptorStatus } from '../check.js';
-import { counterEntries, counterKey } from '../keys.js';
-import { costOf, overrideLimit } from '../limits.js';
+import type { Check, Descriptor, DescriptorStatus } from '../core/check.js';
+import { counterEntries, counterKey } from '../store/keys.js';
+import { costOf, overrideLimit } from './limits.js';
 import { matchRule } from '../rules/match.js';
 import type { Algorithm, Limit, RuleNode, RuleSet } from '../rules/types.js';
 import type { CounterCheck } from '../store/Store.js';

@@ -1,4 +1,4 @@
-import type { ReferenceHeaderNames } from '../headers.js';
+import type { ReferenceHeaderNames } from './headers.js';
 import type { Algorithm } from '../rules/types.js';
 import type { AnswerPolicy } from './answer.js';
 import { ownCounting, referenceCounting } from './counting.js';

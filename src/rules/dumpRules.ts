@@ -3,7 +3,7 @@
  * per rule that has a limit or is unlimited, named by its stats key.
  */
 
-import { formatDuration } from '../duration.js';
+import { formatDuration } from '../core/duration.js';
 import { rulesInFileOrder } from './parseRules.js';
 import type { RuleNode, RuleSet } from './types.js';
 

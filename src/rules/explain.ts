@@ -4,8 +4,8 @@
  * may allocate freely. test/unit/explain.test.ts checks that it always agrees with `matchRule`.
  */
 
-import type { Entry } from '../check.js';
-import { formatDuration } from '../duration.js';
+import type { Entry } from '../core/check.js';
+import { formatDuration } from '../core/duration.js';
 import { matchesParts } from './match.js';
 import type { DomainRules, Limit, RuleLevel, RuleNode } from './types.js';
 

@@ -16,11 +16,11 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import { RulesError } from '../errors.js';
+import { RulesError } from '../core/errors.js';
 import type { LoadRulesOptions } from './loadRules.js';
 import type { LoadRequest, LoadWorkerMessage } from './loadWorker.js';
 import { createRuleAssembler } from './ruleRecords.js';
-import { loadSource, sourceName, type RulesInput } from './rulesSource.js';
+import { loadSource, sourceName, type RulesInput } from './rulesInput.js';
 import type { RuleSet } from './types.js';
 
 /**

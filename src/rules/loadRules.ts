@@ -17,7 +17,7 @@ import {
 } from 'node:fs';
 import { basename, join } from 'node:path';
 import { LineCounter, parseDocument } from 'yaml';
-import { RulesError } from '../errors.js';
+import { RulesError } from '../core/errors.js';
 import { mergeDomain, parseRules, rulesInFileOrder, type ParseRulesOptions } from './parseRules.js';
 import type { DomainRules, RuleSet } from './types.js';
 

@@ -6,7 +6,7 @@
 import { parentPort } from 'node:worker_threads';
 import type { LoadRulesOptions } from './loadRules.js';
 import { ruleRecords, type RuleRecord } from './ruleRecords.js';
-import { loadSource, type RulesInput } from './rulesSource.js';
+import { loadSource, type RulesInput } from './rulesInput.js';
 
 /** To the worker: a load, or the next batch of one. */
 export type LoadRequest =

@@ -3,7 +3,7 @@
  * descriptor of every request, so it allocates nothing and uses no regex.
  */
 
-import type { Entry } from '../check.js';
+import type { Entry } from '../core/check.js';
 import type { DomainRules, RuleLevel, RuleNode } from './types.js';
 
 /** Whether `value` matches a '*' pattern split into `parts` (at least two of them). */

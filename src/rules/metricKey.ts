@@ -1,4 +1,4 @@
-import type { Entry } from '../check.js';
+import type { Entry } from '../core/check.js';
 import type { RuleNode } from './types.js';
 
 /**

@@ -5,7 +5,7 @@
  */
 
 import { isMap, type Document } from 'yaml';
-import { formatDuration, parseGoDuration } from '../duration.js';
+import { formatDuration, parseGoDuration } from '../core/duration.js';
 import {
   bool,
   describe,

@@ -4,7 +4,7 @@
  */
 
 import { isAlias, isMap, isScalar, isSeq, visit, type Document, type Node } from 'yaml';
-import { RulesError } from '../errors.js';
+import { RulesError } from '../core/errors.js';
 import type { JsonValue } from './types.js';
 
 const UINT32_MAX = 4_294_967_295n;

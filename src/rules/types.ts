@@ -2,7 +2,7 @@
  * The loaded rules: what `loadRules` builds from YAML and what `matchRule` walks per request.
  * Plain data, immutable once built, so a reload can swap a whole `RuleSet` atomically.
  */
-import type { JsonValue } from '../check.js';
+import type { JsonValue } from '../core/check.js';
 
 export type { JsonValue };
 

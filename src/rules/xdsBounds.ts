@@ -7,7 +7,7 @@
  * refused with the bound it broke.
  */
 import protobuf from 'protobufjs';
-import { RulesError } from '../errors.js';
+import { RulesError } from '../core/errors.js';
 
 /**
  * Descriptors per update, at every depth. The largest rules file allowed holds about 54,000

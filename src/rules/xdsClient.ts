@@ -17,9 +17,9 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
-import { loaderOptions } from '../grpc/protos.js';
+import { loaderOptions } from '../core/protos.js';
 import type { XdsSettings } from './xdsSettings.js';
-import type { RulesInput } from './rulesSource.js';
+import type { RulesInput } from './rulesInput.js';
 import type { RuleSet } from './types.js';
 import { RATE_LIMIT_CONFIG_TYPE, type XdsResource } from './xdsRules.js';
 

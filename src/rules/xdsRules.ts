@@ -6,8 +6,8 @@
  */
 import { Document } from 'yaml';
 import protobuf from 'protobufjs';
-import { RulesError } from '../errors.js';
-import { protoDir } from '../grpc/protos.js';
+import { RulesError } from '../core/errors.js';
+import { protoDir } from '../core/protos.js';
 import { combineDomains, type LoadRulesOptions } from './loadRules.js';
 import { parseRules } from './parseRules.js';
 import { countXdsResource, xdsBudget, type XdsBudget } from './xdsBounds.js';

@@ -4,7 +4,7 @@ import {
   type KeyCache,
   type LocalCacheStats,
   type OverLimitCache,
-} from '../overLimitCache.js';
+} from './overLimitCache.js';
 import type { CounterCheck, CounterResult, Store, StoreDecision } from './Store.js';
 
 /**

@@ -1,4 +1,4 @@
-import type { StoreError } from '../errors.js';
+import type { StoreError } from '../core/errors.js';
 import type { CounterCheck, CounterResult, Store, StoreDecision } from './Store.js';
 import {
   decideArgs,

@@ -1,4 +1,4 @@
-import { StoreError } from '../errors.js';
+import { StoreError } from '../core/errors.js';
 
 /**
  * Bounds a store call by REDIS_TIMEOUT without counting the service's own lateness.

@@ -1,5 +1,5 @@
-import type { Logger } from '../logger.js';
-import type { LocalCacheStats } from '../overLimitCache.js';
+import type { Logger } from '../core/logger.js';
+import type { LocalCacheStats } from './overLimitCache.js';
 import { withLocalCache, withOverLimitCache } from './cachedStore.js';
 import { createMemoryStore } from './memoryStore.js';
 import { createRedisStore } from './redisStore.js';

@@ -1,4 +1,4 @@
-import { StoreError } from '../errors.js';
+import { StoreError } from '../core/errors.js';
 
 /**
  * Redis failures as StoreErrors, each with a kind named for what happened. The kind labels

@@ -2,7 +2,7 @@ import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createSecureContext, type ConnectionOptions } from 'node:tls';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import { SettingsError, type StoreError } from '../errors.js';
+import { SettingsError, type StoreError } from '../core/errors.js';
 import type { RedisSettings, RedisTls } from './redisSettings.js';
 import { createClusterStore, type SlotBackend } from './clusterStore.js';
 import type { Store } from './Store.js';
@@ -10,7 +10,7 @@ import { createBatcher } from './batcher.js';
 import { withDeadline } from './deadline.js';
 import { createSilenceWatch } from './silence.js';
 import { classifyRedisError as classify } from './redisErrors.js';
-import { probeKey } from '../keys.js';
+import { probeKey } from './keys.js';
 import {
   batchCall,
   decideCall,

@@ -1,3 +1,5 @@
+// The decision script of lua/, joined into one, and its calls: the arguments a decision, a batch
+// or a refund sends, and the reading of their replies.
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';

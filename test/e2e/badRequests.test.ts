@@ -9,7 +9,7 @@ import {
   rlsService,
   type RateLimitRequestObject,
   type RateLimitResponseObject,
-} from '../../src/grpc/protos.js';
+} from '../../src/core/protos.js';
 import { codes, d, startTollgate, type Tollgate } from '../support/tollgate.js';
 
 const RULES = `

@@ -4,7 +4,7 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { counterKey } from '../../src/keys.js';
+import { counterKey } from '../../src/store/keys.js';
 import { freePort } from '../support/ports.js';
 import { spawnTollgate } from '../support/processes.js';
 import { startRedis, type TestRedis } from '../support/redis.js';

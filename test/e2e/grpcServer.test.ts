@@ -6,9 +6,9 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import descriptor from 'protobufjs/ext/descriptor/index.js';
 import { service as healthService } from 'grpc-health-check';
-import type { Check, Decision } from '../../src/check.js';
-import { StoreError } from '../../src/errors.js';
-import { createGrpcServer, type GrpcServer, type Reply } from '../../src/grpc/server.js';
+import type { Check, Decision } from '../../src/core/check.js';
+import { StoreError } from '../../src/core/errors.js';
+import { createGrpcServer, type GrpcServer, type Reply } from '../../src/servers/grpc/server.js';
 import {
   createRateLimitClient,
   loadProtoRoot,
@@ -16,7 +16,7 @@ import {
   shouldRateLimitMethod,
   type RateLimitRequestObject,
   type RateLimitResponseObject,
-} from '../../src/grpc/protos.js';
+} from '../../src/core/protos.js';
 
 /** A real decision from the check: each descriptor's value says its code, costs count down 10. */
 async function decide(check: Check): Promise<Reply> {

@@ -2,9 +2,9 @@ import { writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createRateLimitClient } from '../../src/grpc/protos.js';
-import { createService } from '../../src/service.js';
-import { readSettings } from '../../src/settings.js';
+import { createRateLimitClient } from '../../src/core/protos.js';
+import { createService } from '../../src/process/service.js';
+import { readSettings } from '../../src/process/settings.js';
 import { freePort } from '../support/ports.js';
 import { afterEach, describe, expect, it } from 'vitest';
 import {

@@ -1,6 +1,6 @@
 import { status as grpcStatus, type ServiceError } from '@grpc/grpc-js';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { counterKey } from '../../src/keys.js';
+import { counterKey } from '../../src/store/keys.js';
 import { counterByLabel } from '../support/metrics.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { startRedis, type TestRedis } from '../support/redis.js';

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { counterKey } from '../../src/keys.js';
+import { counterKey } from '../../src/store/keys.js';
 import type { Algorithm } from '../../src/rules/types.js';
 import { createMemoryStore } from '../../src/store/memoryStore.js';
 import { createRedisStore } from '../../src/store/redisStore.js';
@@ -12,7 +12,7 @@ import {
 } from '../../src/store/script.js';
 import { keySlot } from '../../src/store/slots.js';
 import type { CounterCheck, Store } from '../../src/store/Store.js';
-import type { RateLimitRequestObject } from '../../src/grpc/protos.js';
+import type { RateLimitRequestObject } from '../../src/core/protos.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { raceRules } from '../support/raceRules.js';
 import {

@@ -4,16 +4,16 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RulesError } from '../../src/errors.js';
+import { RulesError } from '../../src/core/errors.js';
 import {
   loadProtoRoot,
   shouldRateLimitMethod,
   type RateLimitRequestObject,
   type RateLimitResponseObject,
-} from '../../src/grpc/protos.js';
+} from '../../src/core/protos.js';
 import { createLimiter } from '../../src/decision/limiter.js';
 import { loadRules } from '../../src/rules/loadRules.js';
-import { readSettings } from '../../src/settings.js';
+import { readSettings } from '../../src/process/settings.js';
 import { createMemoryStore } from '../../src/store/memoryStore.js';
 import { createRedisStore } from '../../src/store/redisStore.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { loadRules } from '../../src/rules/loadRules.js';
-import { readSettings } from '../../src/settings.js';
+import { readSettings } from '../../src/process/settings.js';
 import { publishConfigMap } from '../support/configMap.js';
 
 // The Helm chart in deploy/helm/tollgate, and the plain manifests rendered from it, checked

@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, renameSync, rmSync, utimesSync, writeFileSync }
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { RulesError } from '../../src/errors.js';
+import { RulesError } from '../../src/core/errors.js';
 import { loadRules } from '../../src/rules/loadRules.js';
 import { matchRule } from '../../src/rules/match.js';
 import type { RuleSet } from '../../src/rules/types.js';

@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { counterKey } from '../../src/keys.js';
+import { counterKey } from '../../src/store/keys.js';
 import { loadSummary, underLoad, waitFor, type LoadCall } from '../support/redisCluster.js';
 import { startRedisSentinel, type TestSentinel } from '../support/redisSentinel.js';
 import {

@@ -6,7 +6,7 @@ import {
   createTcpTransport,
   createUdpTransport,
   type StatsdTransport,
-} from '../../src/statsdTransport.js';
+} from '../../src/observability/statsdTransport.js';
 import { freePort } from '../support/ports.js';
 import { eventually } from '../support/tollgate.js';
 

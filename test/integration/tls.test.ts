@@ -5,16 +5,16 @@ import { join } from 'node:path';
 import { connect as connectTls } from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { Check } from '../../src/check.js';
-import { SettingsError } from '../../src/errors.js';
+import type { Check } from '../../src/core/check.js';
+import { SettingsError } from '../../src/core/errors.js';
 import {
   createServerCredentials,
   type ServerCredentialsOptions,
-} from '../../src/grpc/credentials.js';
-import { createRateLimitClient, type RateLimitClient } from '../../src/grpc/protos.js';
-import { createGrpcServer, type GrpcServer, type Reply } from '../../src/grpc/server.js';
-import { grpcServerOptions, guardOptions } from '../../src/grpc/serverOptions.js';
-import { readSettings } from '../../src/settings.js';
+} from '../../src/servers/grpc/credentials.js';
+import { createRateLimitClient, type RateLimitClient } from '../../src/core/protos.js';
+import { createGrpcServer, type GrpcServer, type Reply } from '../../src/servers/grpc/server.js';
+import { grpcServerOptions, guardOptions } from '../../src/servers/grpc/serverOptions.js';
+import { readSettings } from '../../src/process/settings.js';
 import { CLIENT_SAN, makeCerts, type TestCerts } from '../support/certs.js';
 import { callCheck, eventually } from '../support/tollgate.js';
 

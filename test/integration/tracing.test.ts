@@ -4,10 +4,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { SpanKind, SpanStatusCode } from '@opentelemetry/api';
 import { InMemorySpanExporter } from '@opentelemetry/sdk-trace-base';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import type { Check, Decision, RequestHeader } from '../../src/check.js';
-import { InvalidRequestError, SettingsError, StoreError } from '../../src/errors.js';
-import type { CheckEvent } from '../../src/outcome.js';
-import { createTracing, type Tracing } from '../../src/tracing.js';
+import type { Check, Decision, RequestHeader } from '../../src/core/check.js';
+import { InvalidRequestError, SettingsError, StoreError } from '../../src/core/errors.js';
+import type { CheckEvent } from '../../src/decision/outcome.js';
+import { createTracing, type Tracing } from '../../src/observability/tracing.js';
 import { makeCerts } from '../support/certs.js';
 import {
   EXPORT_METHOD,
@@ -488,7 +488,7 @@ describe("OpenTelemetry's SDK", () => {
   // that creating its tracing loaded.
   const loadedWith = (env: Record<string, string>): string[] => {
     const script = `
-      const { createTracing } = await import('./dist/tracing.js');
+      const { createTracing } = await import('./dist/observability/tracing.js');
       const tracing = createTracing({ env: ${JSON.stringify(env)} });
       const { createRequire } = await import('node:module');
       const cache = createRequire(import.meta.url).cache;

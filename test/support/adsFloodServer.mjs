@@ -11,7 +11,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import protobuf from 'protobufjs';
 // The service's own proto setup, from its build (the tests build it before they run).
-import { loaderOptions, protoDir } from '../../dist/grpc/protos.js';
+import { loaderOptions, protoDir } from '../../dist/core/protos.js';
 import { RATE_LIMIT_CONFIG_TYPE as TYPE } from '../../dist/rules/xdsRules.js';
 
 const perSecond = Number(process.argv[2] ?? 5000);

@@ -3,7 +3,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import type { RedisSettings } from '../../src/settings.js';
+import type { RedisSettings } from '../../src/process/settings.js';
 import { freePort } from './ports.js';
 
 /**

@@ -8,9 +8,9 @@ import {
   type RateLimitClient,
   type RateLimitRequestObject,
   type RateLimitResponseObject,
-} from '../../src/grpc/protos.js';
-import { createService, type Service } from '../../src/service.js';
-import { readSettings } from '../../src/settings.js';
+} from '../../src/core/protos.js';
+import { createService, type Service } from '../../src/process/service.js';
+import { readSettings } from '../../src/process/settings.js';
 
 /**
  * The real service, in this process, on a free port, with a real gRPC client. Tests pass the

@@ -1,8 +1,12 @@
 import { describe, it, expect } from 'vitest';
 import protobuf from 'protobufjs';
-import type { Decision } from '../../src/check.js';
-import { createRequestDecoder, encodeResponse, type DecodedRequest } from '../../src/grpc/codec.js';
-import { loadProtoRoot } from '../../src/grpc/protos.js';
+import type { Decision } from '../../src/core/check.js';
+import {
+  createRequestDecoder,
+  encodeResponse,
+  type DecodedRequest,
+} from '../../src/servers/grpc/codec.js';
+import { loadProtoRoot } from '../../src/core/protos.js';
 
 const strings = loadProtoRoot('strings');
 const bytesRoot = loadProtoRoot('bytes');

@@ -6,11 +6,11 @@
 import fc from 'fast-check';
 import { parseDocument } from 'yaml';
 import { describe, expect, it } from 'vitest';
-import type { Check, Entry } from '../../src/check.js';
-import { InvalidRequestError } from '../../src/errors.js';
-import { createRequestDecoder, type DecodedRequest } from '../../src/grpc/codec.js';
-import { loadProtoRoot } from '../../src/grpc/protos.js';
-import { counterKey, tenantIndex } from '../../src/keys.js';
+import type { Check, Entry } from '../../src/core/check.js';
+import { InvalidRequestError } from '../../src/core/errors.js';
+import { createRequestDecoder, type DecodedRequest } from '../../src/servers/grpc/codec.js';
+import { loadProtoRoot } from '../../src/core/protos.js';
+import { counterKey, tenantIndex } from '../../src/store/keys.js';
 import { explainMatch } from '../../src/rules/explain.js';
 import { matchRule, matchesParts } from '../../src/rules/match.js';
 import { parseRules } from '../../src/rules/parseRules.js';

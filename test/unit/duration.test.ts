@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { formatDuration, parseGoDuration } from '../../src/duration.js';
+import { formatDuration, parseGoDuration } from '../../src/core/duration.js';
 
 describe('parseGoDuration', () => {
   it.each([

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { Entry } from '../../src/check.js';
+import type { Entry } from '../../src/core/check.js';
 import { explainMatch } from '../../src/rules/explain.js';
 import { loadRules } from '../../src/rules/loadRules.js';
 import { matchRule } from '../../src/rules/match.js';

@@ -1,7 +1,7 @@
 import type http2 from 'node:http2';
 import { describe, it, expect } from 'vitest';
 import * as grpc from '@grpc/grpc-js';
-import { dispatchStreams } from '../../src/grpc/http2Dispatch.js';
+import { dispatchStreams } from '../../src/servers/grpc/http2Dispatch.js';
 
 type Internals = { createHttp2Server(credentials: unknown): http2.Http2Server };
 const insecure = grpc.ServerCredentials.createInsecure();

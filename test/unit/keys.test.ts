@@ -3,8 +3,8 @@
 // CACHE_KEY_PREFIX starts every key.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import type { Entry } from '../../src/check.js';
-import { counterKey, tenantIndex } from '../../src/keys.js';
+import type { Entry } from '../../src/core/check.js';
+import { counterKey, tenantIndex } from '../../src/store/keys.js';
 import type { Algorithm } from '../../src/rules/types.js';
 
 /** What Redis Cluster hashes: the text between the first '{' and the next '}'. */

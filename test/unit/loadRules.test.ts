@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { RulesError } from '../../src/errors.js';
+import { RulesError } from '../../src/core/errors.js';
 import { loadRules } from '../../src/rules/loadRules.js';
 import { rulesInFileOrder } from '../../src/rules/parseRules.js';
 import type { DomainRules, RuleLevel, RuleNode } from '../../src/rules/types.js';

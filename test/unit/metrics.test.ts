@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { StoreError } from '../../src/errors.js';
-import { createMetrics, type Metrics } from '../../src/metrics.js';
-import type { CheckEvent, RuleOutcome } from '../../src/outcome.js';
+import { StoreError } from '../../src/core/errors.js';
+import { createMetrics, type Metrics } from '../../src/observability/metrics.js';
+import type { CheckEvent, RuleOutcome } from '../../src/decision/outcome.js';
 
 function rule(metricKey: string[], fields: Partial<RuleOutcome> = {}): RuleOutcome {
   return {

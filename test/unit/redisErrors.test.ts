@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { StoreError } from '../../src/errors.js';
+import { StoreError } from '../../src/core/errors.js';
 import { classifyRedisError } from '../../src/store/redisErrors.js';
 
 /** An error reply as ioredis gives it. */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { referenceCounts } from '../../src/referenceCounts.js';
+import { referenceCounts } from '../../src/decision/referenceCounts.js';
 
 // COMPAT_MODE=reference's split of a descriptor's hits among the statistics, worked by hand from
 // the reference's rules (its differential tests compare the totals with the real server).

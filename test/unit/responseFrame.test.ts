@@ -1,8 +1,8 @@
 import { describe, it, expect } from 'vitest';
 import fc from 'fast-check';
-import type { Decision, DescriptorStatus, ReportedUnit } from '../../src/check.js';
-import { encodeResponse } from '../../src/grpc/codec.js';
-import { encodeResponseFrame } from '../../src/grpc/responseFrame.js';
+import type { Decision, DescriptorStatus, ReportedUnit } from '../../src/core/check.js';
+import { encodeResponse } from '../../src/servers/grpc/codec.js';
+import { encodeResponseFrame } from '../../src/servers/grpc/responseFrame.js';
 import type { JsonValue } from '../../src/rules/types.js';
 
 const units: ReportedUnit[] = [

@@ -3,9 +3,9 @@
 // and the reference's RUNTIME_ROOT layout.
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { SettingsError } from '../../src/errors.js';
-import { BUNDLED_RULES, readSettings } from '../../src/settings.js';
-import { createTracing } from '../../src/tracing.js';
+import { SettingsError } from '../../src/core/errors.js';
+import { BUNDLED_RULES, readSettings } from '../../src/process/settings.js';
+import { createTracing } from '../../src/observability/tracing.js';
 
 function failure(env: Record<string, string>): SettingsError {
   try {

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import protobuf from 'protobufjs';
 import { describe, expect, it } from 'vitest';
-import { protoDir } from '../../src/grpc/protos.js';
+import { protoDir } from '../../src/core/protos.js';
 import { dumpRules } from '../../src/rules/dumpRules.js';
 import { loadRules } from '../../src/rules/loadRules.js';
 import { loadXdsRules, RATE_LIMIT_CONFIG_TYPE } from '../../src/rules/xdsRules.js';

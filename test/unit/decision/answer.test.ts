@@ -11,7 +11,7 @@ import { ownCounting } from '../../../src/decision/counting.js';
 import { chooseHeaders } from '../../../src/decision/headerPolicy.js';
 import { planCheck, type PlanPolicy } from '../../../src/decision/plan.js';
 import { ruleQuota } from '../../../src/decision/quota.js';
-import type { RuleOutcome } from '../../../src/outcome.js';
+import type { RuleOutcome } from '../../../src/decision/outcome.js';
 import type { CounterResult, StoreDecision } from '../../../src/store/Store.js';
 import { check, d, load } from './rules.js';
 

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { ownCounting, referenceCounting } from '../../../src/decision/counting.js';
 import { planCheck, type PlanPolicy } from '../../../src/decision/plan.js';
 import { globalQuota, ruleQuota } from '../../../src/decision/quota.js';
-import { InvalidRequestError } from '../../../src/errors.js';
+import { InvalidRequestError } from '../../../src/core/errors.js';
 import { check, d, load } from './rules.js';
 
 const rules = load();

@@ -1,7 +1,7 @@
 // The modes a decision is made in, each a small policy chosen once: counting, quota descriptors
 // and header kinds.
 import { describe, expect, it } from 'vitest';
-import type { DescriptorStatus } from '../../../src/check.js';
+import type { DescriptorStatus } from '../../../src/core/check.js';
 import { ownCounting, referenceCounting } from '../../../src/decision/counting.js';
 import { chooseHeaders, type HeaderInput } from '../../../src/decision/headerPolicy.js';
 import { globalQuota, ruleQuota } from '../../../src/decision/quota.js';

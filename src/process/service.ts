@@ -1,0 +1,137 @@
+import { createLimiter } from '../decision/limiter.js';
+import { createHealth } from './health.js';
+import { createLogger, type Logger } from '../core/logger.js';
+import type { Metrics } from '../observability/metrics.js';
+import { createObservability } from '../observability/observe.js';
+import { createRulesSource } from '../rules/rulesSource.js';
+import { createServers } from '../servers/servers.js';
+import type { Settings } from './settings.js';
+import { ignoredReferenceSettings, listeningReport } from './startupReport.js';
+import { openStore } from '../store/openStore.js';
+
+/**
+ * The composition of the service's parts, built from Settings: observability, the rule source,
+ * the store with its caches, the limiter, health and the servers. Each part owns what it opens
+ * and closes it. Tests call this directly, with an injected clock, instead of spawning the entry
+ * point.
+ */
+export interface ServiceOptions {
+  settings: Settings;
+  /** The service's clock: used by the in-memory store, and passed to Redis with CLOCK=local. */
+  clock?: () => number;
+  logger?: Logger;
+  /** The OTEL_* variables for tracing; process.env by default. */
+  env?: Record<string, string | undefined>;
+  /** How often the store's health is probed. */
+  healthIntervalMs?: number;
+  /** Where checks are counted; a new registry by default. */
+  metrics?: Metrics;
+  /** What GET /metrics answers; `metrics` alone by default. A worker answers every worker's sum. */
+  metricsExposition?: () => Promise<{ contentType: string; body: string }>;
+}
+
+export interface Service {
+  /** Listens and resolves with the bound ports (gRPC 0 when on a Unix socket). */
+  start(): Promise<{ grpcPort: number; httpPort: number }>;
+  /** Health turns NOT_SERVING, in-flight calls finish (within graceMs), then everything closes. */
+  stop(graceMs?: number): Promise<void>;
+  /** Loads the rules again now, changed or not (SIGHUP); the current rules serve meanwhile. */
+  reload(): void;
+}
+
+export function createService(options: ServiceOptions): Service {
+  const { settings } = options;
+  const clock = options.clock ?? Date.now;
+  const env = options.env ?? process.env;
+  const logger = options.logger ?? createLogger(settings);
+  const observability = createObservability({ settings, logger, env, metrics: options.metrics });
+  const { metrics } = observability;
+  const rules = createRulesSource(settings, logger, {
+    configLoad: (ok) => metrics.configLoad(ok),
+    rulesVersion: (source, version) => metrics.rulesVersion(source, version),
+    onFirstRules: () => updateHealth(),
+  });
+  const { store, localCacheStats } = openStore(settings, { logger, clock, rules: rules.current });
+  if (localCacheStats) observability.localCache(localCacheStats);
+  const limiter = createLimiter({
+    rules: rules.current,
+    store,
+    clock: settings.clock === 'local' ? clock : undefined,
+    failureMode: settings.failureMode,
+    ...modeOptions(settings),
+    observe: (event) => observability.observe(event),
+  });
+  const health = createHealth({
+    store,
+    failureMode: settings.failureMode,
+    clock: settings.clock === 'local' ? clock : undefined,
+    rulesProblem: () => rules.unhealthy(),
+    logger,
+    onChange: () => updateHealth(),
+  });
+  const servers = createServers({
+    settings,
+    decide: observability.checks((check) => limiter.decide(check)),
+    health: () => health.state(),
+    metrics:
+      options.metricsExposition ??
+      (async () => ({ contentType: metrics.contentType, body: await metrics.text() })),
+    rules: () => rules.dump(),
+    logger,
+    events: metrics,
+  });
+  function updateHealth(): void {
+    servers.setServing(health.state().serving);
+  }
+  // Last, so that nothing above can fail and leave a watcher running.
+  rules.watch();
+
+  return {
+    async start() {
+      await rules.start();
+      await health.start(options.healthIntervalMs ?? 1_000);
+      updateHealth();
+      const ports = await servers.listen();
+      health.listening();
+      const source = { source: rules.describe(), loaded: rules.loaded() };
+      logger.info(listeningReport(settings, ports, source), 'listening');
+      if (settings.redis === undefined) {
+        logger.warn(
+          'REDIS_URL is unset: counters are kept in this process only, and other instances ' +
+            'or workers do not share them',
+        );
+      }
+      for (const warning of ignoredReferenceSettings(env)) logger.warn(warning);
+      return ports;
+    },
+
+    reload() {
+      rules.reload();
+    },
+
+    async stop(graceMs = settings.shutdownGraceMs) {
+      health.drain();
+      rules.close();
+      await servers.close(graceMs);
+      await observability.close();
+      await store.close();
+    },
+  };
+}
+
+/** The decision's modes, as the settings choose them (see decision/policy.ts). */
+function modeOptions(settings: Settings) {
+  const reference = settings.compatMode === 'reference';
+  return {
+    defaultAlgorithm: settings.defaultAlgorithm,
+    keyPrefix: settings.cacheKeyPrefix,
+    shadowMode: settings.shadowMode,
+    quotaMode: settings.quotaMode,
+    ietfHeaders: settings.rateLimitHeaders === 'ietf',
+    dynamicMetadata: settings.responseDynamicMetadata,
+    referenceHeaders: settings.limitHeaders.enabled ? settings.limitHeaders : undefined,
+    nearLimitRatio: settings.metrics.nearLimitRatio,
+    referenceCounting: reference ? { stop: settings.stopIncrementWhenOverLimit } : undefined,
+    wholeSecondResets: reference,
+  };
+}

@@ -1,0 +1,273 @@
+/**
+ * The gRPC server: Envoy's RLS as a thin adapter over `decide`, plus grpc.health.v1 and server
+ * reflection (so grpcurl and ghz need no proto file). The core knows nothing of gRPC.
+ */
+import type { Socket } from 'node:net';
+import * as grpc from '@grpc/grpc-js';
+import { HealthImplementation } from 'grpc-health-check';
+import type { Check, Decision, HeaderReader } from '../../core/check.js';
+import {
+  createRequestDecoder,
+  type DecodedRequest,
+  type RequestLimits,
+  type ResponseHeader,
+} from './codec.js';
+import { createFastPath, SHOULD_RATE_LIMIT_PATH } from './fastPath.js';
+import { createConnectionTracker, type ConnectionTracker } from './drain.js';
+import { createGuard, type Guard, type GuardOptions, type Http2Server } from './guard.js';
+import { dispatchStreams, type StreamHandler } from './http2Dispatch.js';
+import { encodeResponseFrame } from './responseFrame.js';
+import { packageDefinition, rlsServiceName, shouldRateLimitMethod } from '../../core/protos.js';
+import { addReflection } from './reflection.js';
+import { toGrpcStatus } from './status.js';
+
+/** A decision, with the headers to add to the downstream response. */
+export type Reply = Decision & { headers?: readonly ResponseHeader[] };
+
+export interface GrpcServerOptions {
+  /**
+   * Decides a valid check; `readHeader(headers, name)` reads the call's metadata. May reject with
+   * InvalidRequestError or StoreError.
+   */
+  decide<C>(check: Check, headers: C, readHeader: HeaderReader<C>): Promise<Reply>;
+  limits: RequestLimits;
+  /** Told of each error answered INTERNAL, i.e. a bug, for the caller to log. */
+  onInternalError?(error: unknown): void;
+  /** Told of each request refused as malformed before `decide`, for metrics. */
+  onInvalidRequest?(): void;
+  /** grpc-js server options, e.g. message size limits or keepalive (see `grpcServerOptions`). */
+  serverOptions?: grpc.ServerOptions;
+  /** TLS for every address listened on (see `createServerCredentials`); insecure by default. */
+  credentials?: grpc.ServerCredentials;
+  /** Bounds on connections, calls and their bytes and time (see guard.ts); none by default. */
+  guard?: GuardOptions;
+  /**
+   * Serves ShouldRateLimit on the HTTP/2 server's own streams, ahead of grpc-js (see
+   * fastPath.ts); every other method stays on grpc-js. Off by default.
+   */
+  fastPath?: boolean;
+  /** GRPC_CLIENT_TLS_SAN, which the fast path checks itself (grpc-js by an interceptor). */
+  clientSan?: string;
+}
+
+export interface GrpcServer {
+  /**
+   * Binds TCP host:port (port 0 picks a free one) and resolves with the bound port. Without a
+   * port, host is a whole grpc-js address, e.g. `unix:/run/tollgate.sock` (which resolves 0).
+   */
+  listen(host: string, port?: number): Promise<number>;
+  /** Flips health of "" and the RLS service between SERVING and NOT_SERVING. */
+  setServing(serving: boolean): void;
+  /** Lets calls in flight finish for up to graceMs, then cancels the rest. */
+  shutdown(graceMs: number): Promise<void>;
+}
+
+type RequestDecoder = (bytes: Buffer) => DecodedRequest;
+
+const healthServices = ['', rlsServiceName];
+/** grpc-js's receive limit when `grpc.max_receive_message_length` is not set. */
+const DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024;
+
+function noDelay(socket: Socket): void {
+  socket.setNoDelay(true);
+}
+
+/**
+ * grpc-js logs to stderr itself; its lines go to `log` instead, so that they reach the service's
+ * structured log and stderr keeps only what stops start-up. It is one setting for the process.
+ */
+export function routeGrpcLogs(log: (line: string) => void): void {
+  grpc.setLogger({
+    error: (...args: unknown[]) => log(args.map(String).join(' ')),
+    info: (...args: unknown[]) => log(args.map(String).join(' ')),
+    debug: (...args: unknown[]) => log(args.map(String).join(' ')),
+  });
+}
+
+/** Text values only: a `-bin` key's Buffers are not headers a check reads. */
+const metadataHeader: HeaderReader<grpc.Metadata> = (metadata, name) => {
+  const values = metadata.get(name).filter((value) => typeof value === 'string');
+  return values.length === 0 ? undefined : values;
+};
+
+export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
+  const server = new grpc.Server(options.serverOptions);
+  const guard = options.guard ? createGuard(options.guard) : undefined;
+  const decodeRequest = createRequestDecoder(options.limits);
+  const connections = createConnectionTracker();
+  dispatchStreams(server, {
+    handlers: ownStreamHandlers(options, decodeRequest, guard),
+    onGrpcJsStream: guard?.watch,
+    configure: (http2Server) => configureHttp2Server(http2Server, guard, connections),
+  });
+  addRateLimitService(server, decodeRequest, createShouldRateLimit(options));
+  const setServing = addHealth(server);
+  addReflection(server, packageDefinition);
+
+  const credentials = options.credentials ?? grpc.ServerCredentials.createInsecure();
+  return {
+    listen: (host, port) => bindAddress(server, credentials, host, port),
+    setServing,
+    shutdown: (graceMs) => shutdownServer(server, graceMs, { setServing, connections, guard }),
+  };
+}
+
+/** The streams served ahead of grpc-js: ShouldRateLimit, when the fast path is on. */
+function ownStreamHandlers(
+  options: GrpcServerOptions,
+  decodeRequest: RequestDecoder,
+  guard: Guard | undefined,
+): Map<string, StreamHandler> {
+  const handlers = new Map<string, StreamHandler>();
+  if (!options.fastPath) return handlers;
+  const maxReceive = options.serverOptions?.['grpc.max_receive_message_length'];
+  handlers.set(
+    SHOULD_RATE_LIMIT_PATH,
+    createFastPath({
+      decide: options.decide,
+      decodeRequest,
+      maxReceiveMessageBytes:
+        typeof maxReceive === 'number' ? maxReceive : DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
+      clientSan: options.clientSan,
+      guard,
+      onInternalError: options.onInternalError,
+      onInvalidRequest: options.onInvalidRequest,
+    }),
+  );
+  return handlers;
+}
+
+/** Each of grpc-js's HTTP/2 servers, before it listens. */
+function configureHttp2Server(
+  http2Server: Http2Server,
+  guard: Guard | undefined,
+  connections: ConnectionTracker,
+): void {
+  guard?.configure(http2Server);
+  connections.track(http2Server);
+  // Replies are small and go at once: Nagle's delay would only hold them back.
+  http2Server.on('connection', noDelay);
+}
+
+/** grpc.health.v1, SERVING from the start; returns the switch of its status. */
+function addHealth(server: grpc.Server): (serving: boolean) => void {
+  const health = new HealthImplementation();
+  const setServing = (serving: boolean): void => {
+    for (const name of healthServices) health.setStatus(name, serving ? 'SERVING' : 'NOT_SERVING');
+  };
+  setServing(true);
+  health.addToServer(server);
+  return setServing;
+}
+
+/** ShouldRateLimit on grpc-js: requests decoded by the codec, replies encoded by the handler. */
+function addRateLimitService(
+  server: grpc.Server,
+  decodeRequest: RequestDecoder,
+  shouldRateLimit: grpc.handleUnaryCall<DecodedRequest, Buffer>,
+): void {
+  server.addService(
+    {
+      ShouldRateLimit: {
+        ...shouldRateLimitMethod,
+        // A bad request decodes to a value, not a throw: grpc-js answers a throw with INTERNAL.
+        requestDeserialize: decodeRequest,
+        responseSerialize: (bytes: Buffer) => bytes,
+      },
+    },
+    { ShouldRateLimit: shouldRateLimit },
+  );
+}
+
+type CheckOptions = Pick<GrpcServerOptions, 'decide' | 'onInternalError' | 'onInvalidRequest'>;
+
+/**
+ * ShouldRateLimit as grpc-js serves it. The handler encodes the reply itself so that an encoding
+ * failure still goes through toGrpcStatus; grpc-js would turn a throwing serializer into a bare
+ * INTERNAL.
+ */
+function createShouldRateLimit(
+  options: CheckOptions,
+): grpc.handleUnaryCall<DecodedRequest, Buffer> {
+  return (call, callback) => {
+    const request = call.request;
+    if (!request.ok) {
+      options.onInvalidRequest?.();
+      return fail(callback, request.error, options);
+    }
+    let reply: Promise<Reply>;
+    try {
+      reply = options.decide(request.check, call.metadata, metadataHeader);
+    } catch (error) {
+      return fail(callback, error, options);
+    }
+    reply.then(
+      (decided) => {
+        let bytes: Buffer;
+        try {
+          bytes = encodeResponseFrame(decided, decided.headers).subarray(5);
+        } catch (error) {
+          return fail(callback, error, options);
+        }
+        callback(null, bytes);
+      },
+      (error: unknown) => fail(callback, error, options),
+    );
+  };
+}
+
+function fail(
+  callback: grpc.sendUnaryData<Buffer>,
+  error: unknown,
+  options: Pick<CheckOptions, 'onInternalError'>,
+): void {
+  const status = toGrpcStatus(error);
+  if (status.code === grpc.status.INTERNAL) options.onInternalError?.(error);
+  callback(status);
+}
+
+function bindAddress(
+  server: grpc.Server,
+  credentials: grpc.ServerCredentials,
+  host: string,
+  port?: number,
+): Promise<number> {
+  const bare = host.includes(':') && !host.startsWith('['); // an IPv6 literal needs brackets
+  const address = port === undefined ? host : `${bare ? `[${host}]` : host}:${port}`;
+  return new Promise((resolve, reject) => {
+    server.bindAsync(address, credentials, (error, bound) =>
+      error ? reject(error) : resolve(address.startsWith('unix:') ? 0 : bound),
+    );
+  });
+}
+
+/** NOT_SERVING, then the calls in flight get up to graceMs; the rest are cancelled. */
+function shutdownServer(
+  server: grpc.Server,
+  graceMs: number,
+  parts: {
+    setServing(serving: boolean): void;
+    connections: ConnectionTracker;
+    guard: Guard | undefined;
+  },
+): Promise<void> {
+  return new Promise((resolve) => {
+    parts.setServing(false);
+    const done = () => {
+      clearTimeout(timer);
+      stopWaiting();
+      parts.guard?.close();
+      resolve();
+    };
+    const timer = setTimeout(() => {
+      server.forceShutdown();
+      done();
+    }, graceMs);
+    // grpc-js may wait for a connection that is already gone (see drain.ts).
+    const stopWaiting = parts.connections.whenDrained(() => {
+      server.forceShutdown();
+      done();
+    });
+    server.tryShutdown(done);
+  });
+}

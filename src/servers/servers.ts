@@ -1,0 +1,162 @@
+import type { Check, Decision, HeaderReader } from '../core/check.js';
+import { SettingsError } from '../core/errors.js';
+import type { RequestLimits } from './grpc/codec.js';
+import { createServerCredentials } from './grpc/credentials.js';
+import { createGrpcServer, routeGrpcLogs, type GrpcServer } from './grpc/server.js';
+import { grpcServerOptions, guardOptions } from './grpc/serverOptions.js';
+import type { GrpcServerSettings } from './grpc/serverSettings.js';
+import { createHttpServer, type HttpServer } from './http/server.js';
+import type { HttpServerSettings } from './http/serverSettings.js';
+import type { Logger } from '../core/logger.js';
+import type { Bound } from '../observability/metrics.js';
+
+/**
+ * The servers a check arrives on: gRPC (ShouldRateLimit, health, reflection; the fast path or
+ * grpc-js) and HTTP (POST /json, /healthcheck, /metrics, /rlconfig). Both take the same checks and
+ * the same health; they listen, and drain, side by side.
+ */
+export interface Servers {
+  /** Listens on both; resolves with the bound ports (gRPC 0 when on a Unix socket). */
+  listen(): Promise<{ grpcPort: number; httpPort: number }>;
+  /** Health of the gRPC health service, which polls nothing: told when it changes. */
+  setServing(serving: boolean): void;
+  /** In-flight calls finish within graceMs, then both close. */
+  close(graceMs: number): Promise<void>;
+}
+
+/** The settings the servers read. */
+export interface ServerSettings {
+  grpcHost: string;
+  grpcPort: number;
+  grpcUds: string | undefined;
+  host: string;
+  port: number;
+  grpcServer: GrpcServerSettings;
+  http: HttpServerSettings;
+  maxDescriptors: number;
+  maxEntries: number;
+  maxEntryBytes: number;
+  limitOverrides: boolean;
+  compatMode: 'off' | 'reference';
+}
+
+export interface ServersOptions {
+  settings: ServerSettings;
+  decide: <C>(check: Check, headers: C, readHeader: HeaderReader<C>) => Promise<Decision>;
+  health: () => { serving: boolean; reason: string };
+  /** What GET /metrics answers. */
+  metrics: () => Promise<{ contentType: string; body: string }>;
+  /** What GET /rlconfig answers. */
+  rules: () => readonly string[];
+  logger: Logger;
+  /** What the servers count: requests refused as malformed, and bounds reached. */
+  events: ServerEvents;
+}
+
+export interface ServerEvents {
+  invalidRequest(): void;
+  boundReached(bound: Bound): void;
+}
+
+export function createServers(options: ServersOptions): Servers {
+  const { settings, logger, events } = options;
+  const limits: RequestLimits = {
+    maxDescriptors: settings.maxDescriptors,
+    maxEntries: settings.maxEntries,
+    maxEntryBytes: settings.maxEntryBytes,
+    limitOverrides: settings.limitOverrides,
+    emptyDescriptors: settings.compatMode === 'reference',
+  };
+  const onInternalError = (error: unknown) =>
+    logger.error({ err: error }, 'internal error answering a check');
+  const onInvalidRequest = () => events.invalidRequest();
+  routeGrpcLogs((line) => logger.warn({ source: 'grpc-js' }, line));
+  const grpc = createGrpcServer({
+    decide: options.decide,
+    limits,
+    onInternalError,
+    onInvalidRequest,
+    serverOptions: grpcServerOptions(settings.grpcServer),
+    fastPath: settings.grpcServer.fastPath,
+    clientSan: settings.grpcServer.tls?.clientSan,
+    guard: {
+      ...guardOptions(settings.grpcServer),
+      onBound: (bound) => events.boundReached(`grpc_${bound}`),
+    },
+    credentials: createServerCredentials(settings.grpcServer.tls, {
+      onReloadError: (error) =>
+        logger.error({ err: error }, 'TLS files not reloaded; serving the previous ones'),
+    }),
+  });
+  const http = createHttpServer({
+    decide: options.decide,
+    health: options.health,
+    metrics: options.metrics,
+    rules: options.rules,
+    limits,
+    onInternalError,
+    onInvalidRequest,
+    jsonRefusal: jsonRefusal(settings),
+    bounds: settings.http,
+    onConnectionRefused: () => events.boundReached('http_connections'),
+  });
+  return {
+    listen: () => listenBoth(settings, grpc, http),
+    setServing: (serving) => grpc.setServing(serving),
+    async close(graceMs) {
+      await Promise.all([grpc.shutdown(graceMs), http.close(graceMs)]);
+    },
+  };
+}
+
+async function listenBoth(
+  settings: ServerSettings,
+  grpc: GrpcServer,
+  http: HttpServer,
+): Promise<{ grpcPort: number; httpPort: number }> {
+  const grpcAddress = settings.grpcUds ?? `${settings.grpcHost}:${settings.grpcPort}`;
+  const grpcPort = await (
+    settings.grpcUds
+      ? grpc.listen(`unix:${settings.grpcUds}`)
+      : grpc.listen(settings.grpcHost, settings.grpcPort)
+  ).catch((error: unknown) => {
+    throw listenError(settings.grpcUds ? 'GRPC_UDS' : 'GRPC_PORT', grpcAddress, error);
+  });
+  const httpPort = await http.listen(settings.host, settings.port).catch((error: unknown) => {
+    throw listenError('PORT', `${settings.host}:${settings.port}`, error);
+  });
+  return { grpcPort, httpPort };
+}
+
+/**
+ * A port that cannot be bound, as a SettingsError naming the setting: main prints it as
+ * `tollgate: MESSAGE` and exits 1, as for any bad setting, with no stack.
+ */
+function listenError(setting: string, address: string, error: unknown): SettingsError {
+  const text = error instanceof Error ? error.message : String(error);
+  const code = (error as NodeJS.ErrnoException).code ?? /\b(E[A-Z]+)\b/.exec(text)?.[1];
+  const why =
+    code === 'EADDRINUSE'
+      ? 'is in use by another process'
+      : code === 'EACCES'
+        ? 'needs privileges this process lacks (a port below 1024?)'
+        : code === 'EADDRNOTAVAIL'
+          ? 'is not an address of this host'
+          : `cannot be listened on: ${text}`;
+  return new SettingsError(`${setting}: ${address} ${why}`, { cause: error });
+}
+
+/**
+ * Why POST /json refuses checks, or undefined when it serves them. While gRPC requires client
+ * certificates, the plain HTTP port would let anyone spend the quotas that only certified callers
+ * may: it refuses unless HTTP_JSON=on says to serve it anyway.
+ */
+function jsonRefusal(settings: ServerSettings): string | undefined {
+  if (settings.http.json === 'on') return undefined;
+  if (settings.http.json === 'off') return 'POST /json is off (HTTP_JSON=off)';
+  if (settings.grpcServer.tls?.clientCaPath === undefined) return undefined;
+  return (
+    'POST /json is off while gRPC requires client certificates (GRPC_CLIENT_TLS_CACERT), ' +
+    'which this plain HTTP port cannot ask for; HTTP_JSON=on serves it anyway'
+  );
+}
