@@ -288,7 +288,8 @@ function fail(message: string): never {
 }
 
 const codes = { OK: 1, OVER_LIMIT: 2 } as const;
-const reportedUnits: Record<ReportedUnit, number> = {
+/** Envoy's RateLimitUnit numbers, which both response encoders write. */
+export const reportedUnits: Record<ReportedUnit, number> = {
   unknown: 0,
   second: 1,
   minute: 2,
@@ -298,7 +299,7 @@ const reportedUnits: Record<ReportedUnit, number> = {
   year: 6,
   week: 7,
 };
-const UINT32_MAX = 0xffffffff;
+export const UINT32_MAX = 0xffffffff;
 
 /**
  * The RLS response for a decision, by protobufjs: the oracle that responseFrame.ts's hand-written

@@ -8,22 +8,11 @@
  * whenever the decision has a value for it, zeros included. Dynamic metadata, rare and nested,
  * is the one part protobufjs still encodes.
  */
-import type { Decision, DescriptorStatus, ReportedUnit } from '../../core/check.js';
+import type { Decision, DescriptorStatus } from '../../core/check.js';
 import type { ResponseHeader } from './codec.js';
-import { encodeStruct } from './codec.js';
+import { encodeStruct, reportedUnits, UINT32_MAX } from './codec.js';
 
 const codes: Readonly<Record<string, number>> = { OK: 1, OVER_LIMIT: 2 };
-const reportedUnits: Record<ReportedUnit, number> = {
-  unknown: 0,
-  second: 1,
-  minute: 2,
-  hour: 3,
-  day: 4,
-  month: 5,
-  year: 6,
-  week: 7,
-};
-const UINT32_MAX = 0xffffffff;
 const PREFIX_BYTES = 5;
 
 // Tags: field number << 3 | wire type (0 varint, 2 length-delimited).
