@@ -4,7 +4,7 @@ import {
   createRateLimitClient,
   type RateLimitClient,
   type RateLimitRequestObject,
-} from '../src/core/protos.js';
+} from '@tollgate/client';
 
 /** The harness's own gRPC client: readiness probes and the over-admission check. */
 export type Outcome = 'OK' | 'OVER_LIMIT' | string;

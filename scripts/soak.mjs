@@ -16,7 +16,7 @@ import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { clearInterval, setInterval } from 'node:timers';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -64,9 +64,7 @@ execFileSync(process.execPath, [join(root, 'scripts/build-if-needed.mjs')], {
   cwd: root,
   stdio: 'inherit',
 });
-const { createRateLimitClient } = await import(
-  pathToFileURL(join(root, 'dist/core/protos.js')).href
-);
+const { createRateLimitClient } = await import('@tollgate/client');
 const { Redis } = await import('ioredis');
 
 function httpGet(url, timeoutMs = 2_000) {

@@ -62,12 +62,3 @@ function redeclareAsBytes(type: protobuf.Type, names: string[]): void {
     type.add(new protobuf.Field(name, field.id, 'bytes'));
   }
 }
-
-// The raw RLS client is @tollgate/client's, re-exported for the tests, the bench and the soak
-// that drive the wire.
-export {
-  createRateLimitClient,
-  type RateLimitClient,
-  type RateLimitRequestObject,
-  type RateLimitResponseObject,
-} from '@tollgate/client';

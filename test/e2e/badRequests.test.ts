@@ -4,12 +4,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as grpc from '@grpc/grpc-js';
 import type * as protoLoader from '@grpc/proto-loader';
-import {
-  loadProtoRoot,
-  rlsService,
-  type RateLimitRequestObject,
-  type RateLimitResponseObject,
-} from '../../src/core/protos.js';
+import { loadProtoRoot, rlsService } from '../../src/core/protos.js';
+import { type RateLimitRequestObject, type RateLimitResponseObject } from '@tollgate/client';
 import { codes, d, startTollgate, type Tollgate } from '../support/tollgate.js';
 
 const RULES = `

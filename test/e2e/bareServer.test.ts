@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { startBareServer, type BareKind } from '../../bench/bareServer.js';
-import { createRateLimitClient } from '../../src/core/protos.js';
+import { createRateLimitClient } from '@tollgate/client';
 import { callCheck, d } from '../support/tollgate.js';
 
 // The benchmark's baselines must speak the same RPC as tollgate, or the comparison means nothing.

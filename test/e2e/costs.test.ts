@@ -2,7 +2,7 @@
 // descriptors, costs that can never fit, all-or-nothing decisions across descriptors, and
 // descriptors that land on one counter. Each case runs on the in-memory store and on Redis.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { RateLimitRequestObject, RateLimitResponseObject } from '../../src/core/protos.js';
+import type { RateLimitRequestObject, RateLimitResponseObject } from '@tollgate/client';
 import { startRedis, type TestRedis } from '../support/redis.js';
 import { codes, d, resetMs, startTollgate, type Tollgate } from '../support/tollgate.js';
 

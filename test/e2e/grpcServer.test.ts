@@ -9,14 +9,12 @@ import { service as healthService } from 'grpc-health-check';
 import type { Check, Decision } from '../../src/core/check.js';
 import { StoreError } from '../../src/core/errors.js';
 import { createGrpcServer, type GrpcServer, type Reply } from '../../src/servers/grpc/server.js';
+import { loadProtoRoot, rlsServiceName, shouldRateLimitMethod } from '../../src/core/protos.js';
 import {
   createRateLimitClient,
-  loadProtoRoot,
-  rlsServiceName,
-  shouldRateLimitMethod,
   type RateLimitRequestObject,
   type RateLimitResponseObject,
-} from '../../src/core/protos.js';
+} from '@tollgate/client';
 
 /** A real decision from the check: each descriptor's value says its code, costs count down 10. */
 async function decide(check: Check): Promise<Reply> {

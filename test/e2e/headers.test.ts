@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import type { RateLimitResponseObject } from '../../src/core/protos.js';
+import type { RateLimitResponseObject } from '@tollgate/client';
 import { codes, d, resetMs, startTollgate, type Tollgate } from '../support/tollgate.js';
 
 // The headers Envoy adds to the downstream response: the IETF RateLimit-Policy and RateLimit

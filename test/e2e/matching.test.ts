@@ -2,7 +2,7 @@
 // wildcard beats bare key, nested rules, unlimited and unmatched descriptors, limit overrides,
 // unknown domains and what current_limit reports. Each case runs on the in-memory store and Redis.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { RateLimitResponseObject } from '../../src/core/protos.js';
+import type { RateLimitResponseObject } from '@tollgate/client';
 import { startRedis, type TestRedis } from '../support/redis.js';
 import {
   codes,

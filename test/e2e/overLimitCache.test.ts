@@ -3,7 +3,7 @@
 // gets the same answers while the cached one makes a fraction of the script calls. Then with
 // CLOCK=redis, where the cache runs on the service's own clock against Redis TIME.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { RateLimitRequestObject } from '../../src/core/protos.js';
+import type { RateLimitRequestObject } from '@tollgate/client';
 import { startRedis, type TestRedis } from '../support/redis.js';
 import {
   codes,

@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { RateLimitRequestObject, RateLimitResponseObject } from '../../src/core/protos.js';
+import type { RateLimitRequestObject, RateLimitResponseObject } from '@tollgate/client';
 import { codes, d, startTollgate, type Tollgate } from '../support/tollgate.js';
 
 type Descriptor = NonNullable<RateLimitRequestObject['descriptors']>[number];

@@ -2,7 +2,7 @@ import { writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createRateLimitClient } from '../../src/core/protos.js';
+import { createRateLimitClient } from '@tollgate/client';
 import { createService } from '../../src/process/service.js';
 import { readSettings } from '../../src/process/settings.js';
 import { freePort } from '../support/ports.js';

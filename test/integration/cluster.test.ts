@@ -12,7 +12,7 @@ import {
 } from '../../src/store/script.js';
 import { keySlot } from '../../src/store/slots.js';
 import type { CounterCheck, Store } from '../../src/store/Store.js';
-import type { RateLimitRequestObject } from '../../src/core/protos.js';
+import type { RateLimitRequestObject } from '@tollgate/client';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { raceRules } from '../support/raceRules.js';
 import {

@@ -1,6 +1,6 @@
 import { status as grpcStatus, type ServiceError } from '@grpc/grpc-js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { RateLimitClient, RateLimitRequestObject } from '../../src/core/protos.js';
+import type { RateLimitClient, RateLimitRequestObject } from '@tollgate/client';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { freePort } from '../support/ports.js';
 import { startRedis, type TestRedis } from '../support/redis.js';

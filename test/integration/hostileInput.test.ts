@@ -5,12 +5,8 @@ import { join, resolve } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RulesError } from '../../src/core/errors.js';
-import {
-  loadProtoRoot,
-  shouldRateLimitMethod,
-  type RateLimitRequestObject,
-  type RateLimitResponseObject,
-} from '../../src/core/protos.js';
+import { loadProtoRoot, shouldRateLimitMethod } from '../../src/core/protos.js';
+import { type RateLimitRequestObject, type RateLimitResponseObject } from '@tollgate/client';
 import { createLimiter } from '../../src/decision/limiter.js';
 import { loadRules } from '../../src/rules/loadRules.js';
 import { readSettings } from '../../src/process/settings.js';

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createRateLimitClient } from '../../src/core/protos.js';
+import { createRateLimitClient } from '@tollgate/client';
 import { makeCerts, type TestCerts } from '../support/certs.js';
 import { callCheck, d, startTollgate, type Tollgate } from '../support/tollgate.js';
 

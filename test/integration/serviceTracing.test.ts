@@ -1,6 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
 import { describe, expect, it } from 'vitest';
-import type { RateLimitRequestObject } from '../../src/core/protos.js';
+import type { RateLimitRequestObject } from '@tollgate/client';
 import {
   EXPORT_METHOD,
   startGrpcReceiver,

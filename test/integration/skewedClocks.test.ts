@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RateLimitResponseObject } from '../../src/core/protos.js';
+import type { RateLimitResponseObject } from '@tollgate/client';
 import { startRedis, type TestRedis } from '../support/redis.js';
 import {
   codes,

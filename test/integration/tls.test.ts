@@ -11,7 +11,7 @@ import {
   createServerCredentials,
   type ServerCredentialsOptions,
 } from '../../src/servers/grpc/credentials.js';
-import { createRateLimitClient, type RateLimitClient } from '../../src/core/protos.js';
+import { createRateLimitClient, type RateLimitClient } from '@tollgate/client';
 import { createGrpcServer, type GrpcServer, type Reply } from '../../src/servers/grpc/server.js';
 import { grpcServerOptions, guardOptions } from '../../src/servers/grpc/serverOptions.js';
 import { readSettings } from '../../src/process/settings.js';

@@ -4,7 +4,7 @@ import { createServer, type Server } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createRateLimitClient, type RateLimitClient } from '../../src/core/protos.js';
+import { createRateLimitClient, type RateLimitClient } from '@tollgate/client';
 import {
   runToExit as runProcessToExit,
   spawnTollgate,

@@ -3,7 +3,7 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RateLimitRequestObject } from '../../src/core/protos.js';
+import type { RateLimitRequestObject } from '@tollgate/client';
 import { d } from '../support/tollgate.js';
 import { comparedResponses, expectAlike, startPair, type Exchange, type Pair } from './pair.js';
 

@@ -2,7 +2,7 @@ import { mkdtempSync, renameSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'vitest';
-import type { RateLimitRequestObject, RateLimitResponseObject } from '../../src/core/protos.js';
+import type { RateLimitRequestObject, RateLimitResponseObject } from '@tollgate/client';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { startRedis } from '../support/redis.js';
 import type { Redis } from 'ioredis';

@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, renameSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createRateLimitClient, type RateLimitClient } from '../../src/core/protos.js';
+import { createRateLimitClient, type RateLimitClient } from '@tollgate/client';
 import { freePort } from '../support/ports.js';
 import { eventually, healthStatus } from '../support/tollgate.js';
 

@@ -4,7 +4,7 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import type { RateLimitRequestObject } from '../../src/core/protos.js';
+import type { RateLimitRequestObject } from '@tollgate/client';
 import { d } from '../support/tollgate.js';
 import { comparedResponses, startPair, type Pair } from './pair.js';
 

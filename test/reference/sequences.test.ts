@@ -3,7 +3,7 @@
 // with the statistics (see pair.ts).
 import fc from 'fast-check';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import type { RateLimitClient, RateLimitRequestObject } from '../../src/core/protos.js';
+import type { RateLimitClient, RateLimitRequestObject } from '@tollgate/client';
 import { callCheck, d, eventually } from '../support/tollgate.js';
 import { comparedResponses, startPair, type Pair } from './pair.js';
 

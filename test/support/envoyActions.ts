@@ -11,7 +11,7 @@
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { parse } from 'yaml';
-import type { RateLimitRequestObject, RateLimitResponseObject } from '../../src/core/protos.js';
+import type { RateLimitRequestObject, RateLimitResponseObject } from '@tollgate/client';
 
 export class EnvoyModelError extends Error {
   override name = 'EnvoyModelError';

@@ -1,4 +1,4 @@
-import type { RateLimitClient } from '../../src/core/protos.js';
+import type { RateLimitClient } from '@tollgate/client';
 import { callCheck, d } from './tollgate.js';
 
 export interface Probe {

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { createRateLimitClient, type RateLimitClient } from '../../src/core/protos.js';
+import { createRateLimitClient, type RateLimitClient } from '@tollgate/client';
 import { freePort } from './ports.js';
 import { eventually, healthStatus, writeRules } from './tollgate.js';
 

@@ -8,7 +8,7 @@ import {
   type RateLimitClient,
   type RateLimitRequestObject,
   type RateLimitResponseObject,
-} from '../../src/core/protos.js';
+} from '@tollgate/client';
 import { createService, type Service } from '../../src/process/service.js';
 import { readSettings } from '../../src/process/settings.js';
 

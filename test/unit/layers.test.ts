@@ -100,6 +100,68 @@ export function cycles(graph: Graph): string[][] {
   return found;
 }
 
+/**
+ * What a module loads when it runs: its imports and re-exports less those of types only, which
+ * the compiler erases, and its dynamic imports.
+ */
+function runtimeImports(module: string): string[] {
+  const text = readFileSync(join(src, module), 'utf8');
+  const file = ts.createSourceFile(module, text, ts.ScriptTarget.Latest);
+  const found: string[] = [];
+  for (const statement of file.statements) {
+    if (ts.isImportDeclaration(statement)) {
+      const clause = statement.importClause;
+      const bindings = clause?.namedBindings;
+      const typesOnly =
+        clause !== undefined &&
+        (clause.isTypeOnly ||
+          (clause.name === undefined &&
+            bindings !== undefined &&
+            ts.isNamedImports(bindings) &&
+            bindings.elements.every((element) => element.isTypeOnly)));
+      if (!typesOnly) found.push((statement.moduleSpecifier as ts.StringLiteral).text);
+    } else if (ts.isExportDeclaration(statement) && statement.moduleSpecifier !== undefined) {
+      const bindings = statement.exportClause;
+      const typesOnly =
+        statement.isTypeOnly ||
+        (bindings !== undefined &&
+          ts.isNamedExports(bindings) &&
+          bindings.elements.every((element) => element.isTypeOnly));
+      if (!typesOnly) found.push((statement.moduleSpecifier as ts.StringLiteral).text);
+    }
+  }
+  // import('...'), wherever it is.
+  const walk = (node: ts.Node): void => {
+    if (
+      ts.isCallExpression(node) &&
+      node.expression.kind === ts.SyntaxKind.ImportKeyword &&
+      node.arguments[0] !== undefined &&
+      ts.isStringLiteral(node.arguments[0])
+    ) {
+      found.push(node.arguments[0].text);
+    }
+    ts.forEachChild(node, walk);
+  };
+  walk(file);
+  return found;
+}
+
+/** Every package that `entry` loads at run time, through the modules of src/ it loads. */
+function packagesLoadedBy(entry: string): Set<string> {
+  const packages = new Set<string>();
+  const seen = new Set<string>();
+  const visit = (module: string) => {
+    if (seen.has(module)) return;
+    seen.add(module);
+    for (const name of runtimeImports(module)) {
+      if (!name.startsWith('.')) packages.add(name);
+      else visit(posix.normalize(posix.join(posix.dirname(module), name)).replace(/\.js$/, '.ts'));
+    }
+  };
+  visit(entry);
+  return packages;
+}
+
 describe('the layers of src/', () => {
   const graph = importGraph();
 
@@ -132,6 +194,14 @@ describe('the layers of src/', () => {
       return firstComment < 0 || (firstExport >= 0 && firstComment > firstExport);
     });
     expect(silent).toEqual([]);
+  });
+
+  it('serves without loading @tollgate/client: rebuilding the client leaves running services be', () => {
+    const loaded = packagesLoadedBy('main.ts');
+    expect(loaded).toContain('ioredis');
+    expect([...loaded].filter((name) => name.startsWith('@tollgate/'))).toEqual([]);
+    // The command line's other commands do load it, and the check sees that.
+    expect(packagesLoadedBy('cli/query.ts')).toContain('@tollgate/client');
   });
 
   it('finds what it looks for: an upward import and a cycle in a made-up graph', () => {
