@@ -1,6 +1,6 @@
 // The two npm packages as a user gets them: @tollgate/client's tarball installed into an empty
 // project, imported as an ES module, required as CommonJS and type-checked, against a running
-// tollgate; and tollgate's own tarball, which must hold its build.
+// tollgate; and tollgate's own tarball, installed alone into another, serving from there.
 //
 // globalSetup has just built both packages, so they are packed with --ignore-scripts: `prepack`
 // would build them again, rewriting dist/ under the services of the test files running beside.
@@ -11,7 +11,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTollgate, type Tollgate } from '../support/tollgate.js';
+import { spawnTollgate } from '../support/processes.js';
+import { callCheck, d, startTollgate, type Tollgate } from '../support/tollgate.js';
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('../../', import.meta.url));
@@ -180,28 +181,67 @@ export async function allowed(): Promise<boolean> {
   });
 });
 
-describe("tollgate's tarball", () => {
-  it('holds the build, the Lua scripts and the protos, and depends on this @tollgate/client', async () => {
-    const { paths } = await packedFiles(root, ['--dry-run']);
-    expect(paths).toEqual(
+describe("tollgate's tarball, installed alone into an empty project", () => {
+  let project: string;
+  let packed: { file: string; paths: string[] };
+  let installed: string[];
+  beforeAll(async () => {
+    project = mkdtempSync(join(tmpdir(), 'tollgate-service-user-'));
+    packed = await packedFiles(root, ['--pack-destination', project]);
+    writeFileSync(join(project, 'package.json'), '{ "name": "user", "private": true }\n');
+    // No registry holds @tollgate/client: the tarball must not ask for it.
+    await npm(['install', '--prefer-offline', `./${packed.file}`], project);
+    const lock = JSON.parse(readFileSync(join(project, 'package-lock.json'), 'utf8')) as {
+      packages: Record<string, unknown>;
+    };
+    installed = Object.keys(lock.packages);
+  }, 240_000);
+  afterAll(() => {
+    if (project) rmSync(project, { recursive: true, force: true });
+  });
+
+  it('holds the build, the Lua scripts and the protos, and none of the sources', () => {
+    expect(packed.paths).toEqual(
       expect.arrayContaining([
         'dist/index.js',
         'dist/index.d.ts',
         'dist/main.js',
         'dist/cli/main.js',
+        'dist/vendor/client/esm/index.js',
         'proto/envoy/service/ratelimit/v3/rls.proto',
         'config/example.yaml',
         'LICENSE',
         'CHANGELOG.md',
       ]),
     );
-    expect(paths.some((path) => path.startsWith('lua/') && path.endsWith('.lua'))).toBe(true);
-    expect(paths.filter((path) => /^(src|test|packages)\//.test(path))).toEqual([]);
-    const manifest = (dir: string) =>
-      JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as {
-        version: string;
-        dependencies: Record<string, string>;
-      };
-    expect(manifest(root).dependencies['@tollgate/client']).toBe(manifest(clientDir).version);
+    expect(packed.paths.some((path) => path.startsWith('lua/') && path.endsWith('.lua'))).toBe(
+      true,
+    );
+    expect(packed.paths.filter((path) => /^(src|test|packages)\//.test(path))).toEqual([]);
+  });
+
+  it('installs without @tollgate/client', () => {
+    expect(installed).toContain('node_modules/tollgate');
+    expect(installed.filter((path) => path.includes('@tollgate/'))).toEqual([]);
+  });
+
+  it('serves from the install: `tollgate serve` answers a check', async () => {
+    const bin = join(project, 'node_modules', 'tollgate', 'dist', 'cli', 'main.js');
+    const served = await spawnTollgate(RULES, {}, { entry: [bin, 'serve'] });
+    try {
+      const check = { domain: 'pack', descriptors: [d('caller', 'installed')] };
+      const answers = [];
+      for (let i = 0; i < 2; i++)
+        answers.push((await callCheck(served.client, check)).overall_code);
+      expect(answers).toEqual(['OK', 'OVER_LIMIT']);
+      // The command line's own client is the build's copy, so `query` works from here too.
+      const query = [bin, 'query', '--addr', served.address, '--domain', 'pack', '--json'];
+      const { stdout } = await run(process.execPath, [...query, '--descriptor', 'caller=cli'], {
+        cwd: project,
+      });
+      expect((JSON.parse(stdout) as { code: string }).code).toBe('OK');
+    } finally {
+      await served.stop();
+    }
   });
 });
