@@ -4,7 +4,7 @@ import { createLogger, type Logger } from '../core/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import { createObservability } from '../observability/observe.js';
 import { createRulesSource } from '../rules/rulesSource.js';
-import { createServers } from '../servers/servers.js';
+import { createServers, type ListeningPorts } from '../servers/servers.js';
 import type { Settings } from './settings.js';
 import { ignoredReferenceSettings, listeningReport } from './startupReport.js';
 import { openStore } from '../store/openStore.js';
@@ -32,7 +32,7 @@ export interface ServiceOptions {
 
 export interface Service {
   /** Listens and resolves with the bound ports (gRPC 0 when on a Unix socket). */
-  start(): Promise<{ grpcPort: number; httpPort: number }>;
+  start(): Promise<ListeningPorts>;
   /** Health turns NOT_SERVING, in-flight calls finish (within graceMs), then everything closes. */
   stop(graceMs?: number): Promise<void>;
   /** Loads the rules again now, changed or not (SIGHUP); the current rules serve meanwhile. */

@@ -17,6 +17,7 @@ import type { StatsdSettings } from '../observability/statsd.js';
 import type { FailureMode } from '../decision/limiter.js';
 import type { GrpcServerSettings } from '../servers/grpc/serverSettings.js';
 import type { HttpServerSettings } from '../servers/http/serverSettings.js';
+import type { MetricsListenSettings } from '../servers/servers.js';
 import type { LogLevel } from '../core/logger.js';
 import type { XdsSettings } from '../rules/xdsSettings.js';
 import type { RedisNode, RedisSettings, RedisTls } from '../store/redisSettings.js';
@@ -89,6 +90,8 @@ export interface Settings {
   stopIncrementWhenOverLimit: boolean;
   /** The reference's statsd output; undefined unless USE_STATSD=true. */
   statsd: StatsdSettings | undefined;
+  /** A listener of its own for the metrics (PROMETHEUS_ADDR), besides the HTTP port's /metrics. */
+  prometheus: MetricsListenSettings | undefined;
 }
 
 // Each part declares the settings it reads; these are here so that every setting can be found
@@ -98,6 +101,7 @@ export type {
   GrpcServerSettings,
   HttpServerSettings,
   LogLevel,
+  MetricsListenSettings,
   RedisNode,
   RedisSettings,
   RedisTls,
@@ -293,7 +297,7 @@ function readProcess(env: Env): Pick<Settings, 'workers' | 'shutdownGraceMs'> {
 /** Logs, Prometheus metrics and statsd. */
 function readObservability(
   env: Env,
-): Pick<Settings, 'logLevel' | 'logFormat' | 'metrics' | 'statsd'> {
+): Pick<Settings, 'logLevel' | 'logFormat' | 'metrics' | 'statsd' | 'prometheus'> {
   return {
     logLevel: oneOf(
       env,
@@ -307,7 +311,38 @@ function readObservability(
       maxDetailedSeries: integer(env, 'METRICS_MAX_DETAILED_SERIES', 1000, 0, 1_000_000),
     },
     statsd: readStatsd(env),
+    prometheus: readPrometheus(env),
   };
+}
+
+/**
+ * The reference's metrics listener: USE_PROMETHEUS=true serves the metrics on PROMETHEUS_ADDR
+ * (`:9090` by default) at PROMETHEUS_PATH. PROMETHEUS_ADDR alone turns it on too, since that is
+ * what a scrape configuration points at; USE_PROMETHEUS=false turns it off.
+ */
+function readPrometheus(env: Env): MetricsListenSettings | undefined {
+  const addr = optional(env, 'PROMETHEUS_ADDR');
+  if (!boolean(env, 'USE_PROMETHEUS', addr !== undefined)) return undefined;
+  const path = text(env, 'PROMETHEUS_PATH', '/metrics');
+  if (!path.startsWith('/') || /[\s?#]/.test(path)) {
+    throw new SettingsError(
+      `PROMETHEUS_PATH: '${path}' is not a path such as /metrics (it starts with /, and holds no space, ? or #)`,
+    );
+  }
+  return { ...hostAndPort('PROMETHEUS_ADDR', addr ?? ':9090'), path };
+}
+
+/** `host:port`, `:port` (every interface), or `[v6]:port`, as Go's listeners take them. */
+function hostAndPort(name: string, value: string): { host: string | undefined; port: number } {
+  const match = /^(\[[0-9a-fA-F:.]+\]|[^:[\]\s]*):(\d{1,5})$/.exec(value.trim());
+  const port = Number(match?.[2]);
+  if (match === null || port > 65_535) {
+    throw new SettingsError(
+      `${name}: '${value}' is not host:port or :port (for example :9090 or 127.0.0.1:9090)`,
+    );
+  }
+  const host = (match[1] ?? '').replace(/^\[(.*)\]$/, '$1');
+  return { host: host === '' ? undefined : host, port };
 }
 
 /** `k1=v1,k2=v2` (or `k1:v1,...`, as the reference's map settings are written). */

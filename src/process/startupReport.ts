@@ -6,6 +6,7 @@
  */
 import type { RuleSet } from '../rules/types.js';
 import { rulesInFileOrder } from '../rules/parseRules.js';
+import type { ListeningPorts } from '../servers/servers.js';
 import type { Settings } from './settings.js';
 
 /** Where counters live, for the log: the hosts, never the credentials. */
@@ -53,8 +54,8 @@ const REFERENCE_ONLY: readonly [RegExp, string, ((value: string) => boolean)?][]
     (v) => /^(false|0)$/i.test(v),
   ],
   [
-    /^(USE_PROMETHEUS|PROMETHEUS_ADDR|PROMETHEUS_PATH|PROMETHEUS_MAPPER_YAML|PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS)$/,
-    'metrics are on GET /metrics of the HTTP port (PORT)',
+    /^(PROMETHEUS_MAPPER_YAML|PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS)$/,
+    "tollgate's metrics have names of their own (docs/operations.md), and durations are in seconds",
   ],
   [/^(DEBUG_HOST|DEBUG_PORT)$/, 'there is no debug port'],
   [
@@ -130,12 +131,17 @@ export function ignoredReferenceSettings(env: Record<string, string | undefined>
 /** The fields of the start-up line, once both servers listen. */
 export function listeningReport(
   settings: Settings,
-  ports: { grpcPort: number; httpPort: number },
+  ports: ListeningPorts,
   rules: { source: string; loaded: RuleSet | undefined },
 ): Record<string, unknown> {
   return {
     grpc: settings.grpcUds ?? `${settings.grpcHost}:${ports.grpcPort}`,
     http: `${settings.host}:${ports.httpPort}`,
+    ...(settings.prometheus && ports.metricsPort !== undefined
+      ? {
+          metrics: `${settings.prometheus.host ?? ''}:${ports.metricsPort}${settings.prometheus.path}`,
+        }
+      : {}),
     store: describeStore(settings),
     rules: {
       source: rules.source,

@@ -5,7 +5,7 @@ import { createServerCredentials } from './grpc/credentials.js';
 import { createGrpcServer, routeGrpcLogs, type GrpcServer } from './grpc/server.js';
 import { grpcServerOptions, guardOptions } from './grpc/serverOptions.js';
 import type { GrpcServerSettings } from './grpc/serverSettings.js';
-import { createHttpServer, type HttpServer } from './http/server.js';
+import { createHttpServer, createMetricsServer, type HttpServer } from './http/server.js';
 import type { HttpServerSettings } from './http/serverSettings.js';
 import type { Logger } from '../core/logger.js';
 import type { Bound } from '../observability/metrics.js';
@@ -16,12 +16,28 @@ import type { Bound } from '../observability/metrics.js';
  * the same health; they listen, and drain, side by side.
  */
 export interface Servers {
-  /** Listens on both; resolves with the bound ports (gRPC 0 when on a Unix socket). */
-  listen(): Promise<{ grpcPort: number; httpPort: number }>;
+  /** Listens on each; resolves with the bound ports. */
+  listen(): Promise<ListeningPorts>;
   /** Health of the gRPC health service, which polls nothing: told when it changes. */
   setServing(serving: boolean): void;
   /** In-flight calls finish within graceMs, then both close. */
   close(graceMs: number): Promise<void>;
+}
+
+/** A listener of its own for GET `path`, the metrics (PROMETHEUS_ADDR and PROMETHEUS_PATH). */
+export interface MetricsListenSettings {
+  /** undefined: every interface, as Go's `:9090` means. */
+  host: string | undefined;
+  port: number;
+  path: string;
+}
+
+/** The ports bound; metricsPort only when the metrics have a listener of their own. */
+export interface ListeningPorts {
+  /** 0 when on a Unix socket. */
+  grpcPort: number;
+  httpPort: number;
+  metricsPort?: number;
 }
 
 /** The settings the servers read. */
@@ -38,6 +54,7 @@ export interface ServerSettings {
   maxEntryBytes: number;
   limitOverrides: boolean;
   compatMode: 'off' | 'reference';
+  prometheus: MetricsListenSettings | undefined;
 }
 
 export interface ServersOptions {
@@ -100,20 +117,30 @@ export function createServers(options: ServersOptions): Servers {
     bounds: settings.http,
     onConnectionRefused: () => events.boundReached('http_connections'),
   });
+  const metrics =
+    settings.prometheus &&
+    createMetricsServer({
+      path: settings.prometheus.path,
+      metrics: options.metrics,
+      onInternalError,
+      bounds: settings.http,
+      onConnectionRefused: () => events.boundReached('http_connections'),
+    });
   return {
-    listen: () => listenBoth(settings, grpc, http),
+    listen: () => listenAll(settings, grpc, http, metrics),
     setServing: (serving) => grpc.setServing(serving),
     async close(graceMs) {
-      await Promise.all([grpc.shutdown(graceMs), http.close(graceMs)]);
+      await Promise.all([grpc.shutdown(graceMs), http.close(graceMs), metrics?.close(graceMs)]);
     },
   };
 }
 
-async function listenBoth(
+async function listenAll(
   settings: ServerSettings,
   grpc: GrpcServer,
   http: HttpServer,
-): Promise<{ grpcPort: number; httpPort: number }> {
+  metrics: HttpServer | undefined,
+): Promise<ListeningPorts> {
   const grpcAddress = settings.grpcUds ?? `${settings.grpcHost}:${settings.grpcPort}`;
   const grpcPort = await (
     settings.grpcUds
@@ -125,7 +152,12 @@ async function listenBoth(
   const httpPort = await http.listen(settings.host, settings.port).catch((error: unknown) => {
     throw listenError('PORT', `${settings.host}:${settings.port}`, error);
   });
-  return { grpcPort, httpPort };
+  const prometheus = settings.prometheus;
+  if (metrics === undefined || prometheus === undefined) return { grpcPort, httpPort };
+  const metricsPort = await metrics.listen(prometheus.host, prometheus.port).catch((error) => {
+    throw listenError('PROMETHEUS_ADDR', `${prometheus.host ?? ''}:${prometheus.port}`, error);
+  });
+  return { grpcPort, httpPort, metricsPort };
 }
 
 /**

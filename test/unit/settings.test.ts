@@ -632,3 +632,46 @@ describe('statsd settings', () => {
     expect(failure({ STATSD_PROTOCOL: 'quic' }).message).toMatch(/^STATSD_PROTOCOL: 'quic'/);
   });
 });
+
+describe('the metrics listener (PROMETHEUS_ADDR)', () => {
+  it('is off unless PROMETHEUS_ADDR is set or USE_PROMETHEUS=true, as Envoy Gateway sets them', () => {
+    expect(readSettings({}).prometheus).toBeUndefined();
+    expect(readSettings({ PROMETHEUS_PATH: '/stats' }).prometheus).toBeUndefined();
+    expect(readSettings({ USE_PROMETHEUS: 'true', PROMETHEUS_ADDR: ':19001' }).prometheus).toEqual({
+      host: undefined,
+      port: 19001,
+      path: '/metrics',
+    });
+    expect(readSettings({ USE_PROMETHEUS: 'true' }).prometheus).toEqual({
+      host: undefined,
+      port: 9090,
+      path: '/metrics',
+    });
+    expect(readSettings({ PROMETHEUS_ADDR: '127.0.0.1:9102' }).prometheus).toMatchObject({
+      host: '127.0.0.1',
+      port: 9102,
+    });
+    expect(readSettings({ USE_PROMETHEUS: 'false', PROMETHEUS_ADDR: ':9090' }).prometheus).toBe(
+      undefined,
+    );
+  });
+
+  it('takes an IPv6 host in brackets and a path of its own', () => {
+    expect(
+      readSettings({ PROMETHEUS_ADDR: '[::1]:9090', PROMETHEUS_PATH: '/stats/prometheus' })
+        .prometheus,
+    ).toEqual({ host: '::1', port: 9090, path: '/stats/prometheus' });
+  });
+
+  it('refuses an address or a path it cannot serve, naming the setting', () => {
+    for (const addr of ['9090', ':', 'host:', ':70000', 'a b:1', '::1:9090']) {
+      expect(failure({ PROMETHEUS_ADDR: addr }).message).toMatch(
+        new RegExp(`^PROMETHEUS_ADDR: '${addr.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}' is not`),
+      );
+    }
+    expect(failure({ USE_PROMETHEUS: 'true', PROMETHEUS_PATH: 'metrics' }).message).toMatch(
+      /^PROMETHEUS_PATH: 'metrics' is not a path/,
+    );
+    expect(failure({ USE_PROMETHEUS: 'maybe' }).message).toMatch(/^USE_PROMETHEUS: 'maybe'/);
+  });
+});

@@ -55,8 +55,11 @@ export interface HttpBounds {
 }
 
 export interface HttpServer {
-  /** Binds host:port (port 0 picks a free one) and resolves with the bound port. */
-  listen(host: string, port: number): Promise<number>;
+  /**
+   * Binds host:port (port 0 picks a free one; no host: every interface) and resolves with the
+   * bound port.
+   */
+  listen(host: string | undefined, port: number): Promise<number>;
   /** Stops accepting, lets requests in flight finish for up to graceMs, then drops the rest. */
   close(graceMs: number): Promise<void>;
 }
@@ -76,7 +79,27 @@ const text = (status: number, body: string): HttpReply => ({
 });
 
 export function createHttpServer(options: HttpServerOptions): HttpServer {
-  const routes = createRoutes(options);
+  return serveRoutes(createRoutes(options), options);
+}
+
+/** What the metrics' own listener needs (PROMETHEUS_ADDR): the path, and what it answers. */
+export type MetricsServerOptions = Pick<
+  HttpServerOptions,
+  'metrics' | 'onInternalError' | 'bounds' | 'onConnectionRefused'
+> & { path: string };
+
+/** A listener that answers GET `path` with the metrics, and nothing else. */
+export function createMetricsServer(options: MetricsServerOptions): HttpServer {
+  const routes = new Map<string, Route>([
+    [options.path, { methods: ['GET', 'HEAD'], handle: () => metrics(options) }],
+  ]);
+  return serveRoutes(routes, options);
+}
+
+function serveRoutes(
+  routes: ReadonlyMap<string, Route>,
+  options: Pick<HttpServerOptions, 'onInternalError' | 'bounds' | 'onConnectionRefused'>,
+): HttpServer {
   let closing = false;
   const server = createNodeServer(options, (request, response) => {
     route(routes, request, options)
@@ -224,7 +247,7 @@ function createNodeServer(
   return server;
 }
 
-function listenOn(server: http.Server, host: string, port: number): Promise<number> {
+function listenOn(server: http.Server, host: string | undefined, port: number): Promise<number> {
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {
