@@ -1,6 +1,10 @@
 # tollgate's image: built in one stage, run from another that holds only the runtime dependencies.
+# Both start from the same Node image, pinned by the digest of its multi-platform index, so that a
+# rebuild gets the same bytes on amd64 and arm64. Its line is scripts/node-line.sh's IMAGE_LINE,
+# the line `.ci/run` tests on; a bump changes the tag and the digest together.
+ARG NODE_IMAGE=node:24.18.0-bookworm-slim@sha256:6f7b03f7c2c8e2e784dcf9295400527b9b1270fd37b7e9a7285cf83b6951452d
 
-FROM node:20-bookworm-slim AS build
+FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 COPY packages/client/package.json ./packages/client/
@@ -12,24 +16,21 @@ COPY proto ./proto
 COPY src ./src
 RUN node scripts/build.mjs
 
-FROM node:20-bookworm-slim
+FROM ${NODE_IMAGE}
 ENV NODE_ENV=production
 WORKDIR /app
 COPY package.json package-lock.json ./
 COPY packages/client/package.json ./packages/client/
 RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
+# The build carries its own copy of @tollgate/client (dist/vendor/client/).
 COPY --from=build /app/dist ./dist
-# The service imports @tollgate/client through its workspace link in node_modules.
-COPY --from=build /app/packages/client/dist ./packages/client/dist
-COPY --from=build /app/packages/client/esm ./packages/client/esm
-COPY --from=build /app/packages/client/proto ./packages/client/proto
 COPY lua ./lua
 COPY proto ./proto
 COPY config ./config
 # Where Envoy Gateway's pod spec looks for envoyproxy/ratelimit's binary.
 COPY --chmod=755 docker/ratelimit /bin/ratelimit
 COPY docker/healthcheck.mjs ./docker/healthcheck.mjs
-# The image's unprivileged user; nothing here needs root.
+# The image's unprivileged user (uid 1000); nothing here needs root.
 USER node
 EXPOSE 8080 8081
 # It reads PORT and HOST from the container's environment, as the service does.
