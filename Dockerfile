@@ -1,10 +1,10 @@
 # tollgate's image: built in one stage, run from another that holds only the runtime dependencies.
 # Both start from the same Node image, pinned by the digest of its multi-platform index, so that a
 # rebuild gets the same bytes on amd64 and arm64. Its line is scripts/node-line.sh's IMAGE_LINE,
-# the line `.ci/run` tests on; a bump changes the tag and the digest together.
-ARG NODE_IMAGE=node:24.18.0-bookworm-slim@sha256:6f7b03f7c2c8e2e784dcf9295400527b9b1270fd37b7e9a7285cf83b6951452d
+# the line `.ci/run` tests on; a bump changes the tag and the digest together, in both stages
+# (Dependabot's docker updates do that).
 
-FROM ${NODE_IMAGE} AS build
+FROM node:24.18.0-bookworm-slim@sha256:6f7b03f7c2c8e2e784dcf9295400527b9b1270fd37b7e9a7285cf83b6951452d AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 COPY packages/client/package.json ./packages/client/
@@ -16,7 +16,7 @@ COPY proto ./proto
 COPY src ./src
 RUN node scripts/build.mjs
 
-FROM ${NODE_IMAGE}
+FROM node:24.18.0-bookworm-slim@sha256:6f7b03f7c2c8e2e784dcf9295400527b9b1270fd37b7e9a7285cf83b6951452d
 ENV NODE_ENV=production
 WORKDIR /app
 COPY package.json package-lock.json ./
