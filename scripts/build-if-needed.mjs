@@ -1,5 +1,5 @@
 // `npm start` runs this first: build (scripts/build.mjs) unless dist/ is newer than every source
-// file, the client package's and the protos it copies included.
+// file, the client package's (which dist/vendor/client/ copies) and the protos included.
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
@@ -14,7 +14,7 @@ function newestMtime(dir) {
   return newest;
 }
 
-const outputs = ['dist/main.js', 'packages/client/dist/index.js'];
+const outputs = ['dist/main.js', 'dist/vendor/client/dist/index.js'];
 const built =
   outputs.every((file) => existsSync(file)) &&
   Math.min(...outputs.map((file) => statSync(file).mtimeMs));
