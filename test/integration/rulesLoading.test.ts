@@ -239,8 +239,9 @@ describe('the largest valid file', () => {
         `slowest of ${calls.calls} calls meanwhile ${calls.slowestMs.toFixed(0)} ms; ` +
         `RSS ${Math.round(rssBefore)} → peak ${Math.round(rssPeak)} MB, the loader's thread included`,
     );
-    // The chart limits the pod to 768 Mi; the service and its loader together stay under 512.
-    expect(rssPeak).toBeLessThan(512);
+    // The chart limits the pod to 768 Mi; the service and its loader together stay under 560
+    // (about 490 MB on Node 20, 520 on Node 24).
+    expect(rssPeak).toBeLessThan(560);
     expect(calls.failed).toBe(0);
     // About 100 ms at most; the margin is for a loaded machine.
     expect(calls.slowestMs).toBeLessThan(300);
