@@ -1,5 +1,6 @@
 // What README and docs/ state must agree with the repository and with each other: one Go
-// version, no paragraph said twice, and a metrics table that lists what /metrics serves.
+// version, no paragraph said twice, no test named to users, and a metrics table that lists what
+// /metrics serves.
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -56,6 +57,23 @@ describe('paragraphs', () => {
       seen.add(text);
     }
     expect(repeated).toEqual([]);
+  });
+});
+
+// The pages for users say what holds for them, not how tollgate is tested. docs/development.md is
+// for contributors and names the tests they run; docs/kubernetes.md still names the tests of the
+// chart, and joins this list once it does not.
+const USER_PAGES = PAGES.filter(
+  (page) => !['docs/development.md', 'docs/kubernetes.md'].includes(page),
+);
+
+describe('pages for users', () => {
+  it.each(USER_PAGES)('%s names no test file and no test machine', (page) => {
+    const text = readFileSync(page, 'utf8');
+    const found = [
+      ...text.matchAll(/\btest\/[\w./-]+|\btest machines?\b|machines that test|the tests? below/gi),
+    ].map(([match]) => match);
+    expect(found).toEqual([]);
   });
 });
 
