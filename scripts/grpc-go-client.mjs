@@ -14,7 +14,7 @@ const buildClient = () =>
     name: 'grpc-go-client',
     sources: join(root, 'test', 'grpc-go', 'client'),
     what: "the tests' grpc-go client (test/grpc-go/client)",
-    needs: '1.25',
+    needs: '1.26',
     fail,
   });
 

@@ -17,7 +17,7 @@ const buildValidator = () =>
     file: 'validate',
     sources: join(root, 'envoy', 'validate'),
     what: "the validator that checks envoy/envoy.yaml against Envoy's API",
-    needs: '1.23',
+    needs: '1.26',
     fail,
   });
 

@@ -17,7 +17,7 @@ const binary = buildOnce({
   file: 'validate',
   sources: join(root, 'deploy', 'validate'),
   what: "the checker of Kubernetes manifests against the Kubernetes API's types (deploy/validate)",
-  needs: '1.25',
+  needs: '1.26',
   fail,
 });
 printOrRun(binary, process.argv.slice(2), fail);

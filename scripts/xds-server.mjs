@@ -15,7 +15,7 @@ const buildServer = () =>
     name: 'xds-server',
     sources: join(root, 'test', 'xds', 'server'),
     what: "the tests' xDS management server (test/xds/server)",
-    needs: '1.25',
+    needs: '1.26',
     fail,
   });
 

@@ -1,6 +1,6 @@
 module tollgate/envoy/validate
 
-go 1.23.0
+go 1.26.0
 
 require (
 	github.com/cncf/xds/go v0.0.0-20250501225837-2ac532fd4443

@@ -1,6 +1,6 @@
 module tollgate/test/reference-suite
 
-go 1.25.6
+go 1.26.0
 
 require (
 	github.com/envoyproxy/go-control-plane v0.13.4

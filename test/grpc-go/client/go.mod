@@ -1,6 +1,6 @@
 module tollgate/test/grpc-go/client
 
-go 1.25.0
+go 1.26.0
 
 require google.golang.org/grpc v1.81.1
 

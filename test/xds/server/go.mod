@@ -1,6 +1,6 @@
 module tollgate/test/xds/server
 
-go 1.25.0
+go 1.26.0
 
 require (
 	github.com/envoyproxy/go-control-plane v0.14.0
