@@ -7,6 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -15,7 +16,7 @@ import (
 
 // check looks past each object's schema at what a type cannot say: every container is probed,
 // sized and locked down, and the objects that point at others (a Service's selector and target
-// ports, a PodDisruptionBudget, an autoscaler, a ServiceMonitor, the keys a container reads from
+// ports, a PodDisruptionBudget, an autoscaler, a ServiceMonitor, a NetworkPolicy, the keys a container reads from
 // a Secret or ConfigMap of the same input) find what they point at.
 func check(objects []object) []string {
 	var faults []string
@@ -73,6 +74,18 @@ func check(objects []object) []string {
 			ref := v.Spec.ScaleTargetRef
 			if ref.Kind != "Deployment" || !deploymentNamed(deployments, ref.Name) {
 				fault(o.where, "scaleTargetRef %s %s is not a Deployment of the input", ref.Kind, ref.Name)
+			}
+		case *networkingv1.NetworkPolicy:
+			selects(o.where, &v.Spec.PodSelector, "spec.podSelector", podLabels)
+			for _, rule := range v.Spec.Ingress {
+				for _, port := range rule.Ports {
+					if port.Port != nil && port.Port.Type == intstr.String && !namedPortIn(deployments, port.Port.StrVal) {
+						fault(o.where, "ingress port %q is no container's named port", port.Port.StrVal)
+					}
+				}
+				if len(rule.From) == 0 {
+					fault(o.where, "an ingress rule without from admits every source")
+				}
 			}
 		case *monitoringv1.ServiceMonitor:
 			var serviceLabels []map[string]string

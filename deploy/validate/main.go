@@ -1,6 +1,6 @@
 // Command validate checks Kubernetes manifests (multi-document YAML, such as `helm template`
 // prints) against the Go types of the Kubernetes API and of the Prometheus operator's
-// ServiceMonitor. Every object is decoded strictly, as the API server does with
+// ServiceMonitor and PrometheusRule. Every object is decoded strictly, as the API server does with
 // fieldValidation=Strict: an unknown field, a field of the wrong type or a field given twice is
 // an error, and so is a kind not listed in `kinds`. Then a few checks tie the objects together
 // (checks.go).
@@ -23,6 +23,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	kjson "sigs.k8s.io/json"
@@ -39,6 +40,8 @@ var kinds = map[string]func() any{
 	"policy/v1/PodDisruptionBudget":           func() any { return &policyv1.PodDisruptionBudget{} },
 	"autoscaling/v2/HorizontalPodAutoscaler":  func() any { return &autoscalingv2.HorizontalPodAutoscaler{} },
 	"monitoring.coreos.com/v1/ServiceMonitor": func() any { return &monitoringv1.ServiceMonitor{} },
+	"monitoring.coreos.com/v1/PrometheusRule": func() any { return &monitoringv1.PrometheusRule{} },
+	"networking.k8s.io/v1/NetworkPolicy":      func() any { return &networkingv1.NetworkPolicy{} },
 }
 
 // object is one decoded document: where it came from, and its typed value.
