@@ -61,11 +61,8 @@ describe('paragraphs', () => {
 });
 
 // The pages for users say what holds for them, not how tollgate is tested. docs/development.md is
-// for contributors and names the tests they run; docs/kubernetes.md still names the tests of the
-// chart, and joins this list once it does not.
-const USER_PAGES = PAGES.filter(
-  (page) => !['docs/development.md', 'docs/kubernetes.md'].includes(page),
-);
+// for contributors and names the tests they run.
+const USER_PAGES = PAGES.filter((page) => page !== 'docs/development.md');
 
 describe('pages for users', () => {
   it.each(USER_PAGES)('%s names no test file and no test machine', (page) => {
@@ -128,5 +125,26 @@ describe("operations.md's metrics table", () => {
       unserved: [],
       unlabelled: [],
     });
+  });
+});
+
+describe("the project's address", () => {
+  it('is the same in both packages, the chart, and the runbook links of the alerts', () => {
+    const manifest = (path: string) =>
+      JSON.parse(readFileSync(path, 'utf8')) as { repository: { url: string } };
+    const home = /^git\+(https:\/\/github\.com\/[^/]+\/[^/]+)\.git$/.exec(
+      manifest('package.json').repository.url,
+    )?.[1];
+    expect(home).toBeDefined();
+    expect(manifest('packages/client/package.json').repository.url).toBe(`git+${home}.git`);
+    const chart = readFileSync('deploy/helm/tollgate/Chart.yaml', 'utf8');
+    expect(chart).toMatch(new RegExp(`^home: ${home}$`, 'm'));
+    const runbook = `${home}/blob/main/docs/observability.md`;
+    const values = readFileSync('deploy/helm/tollgate/values.yaml', 'utf8');
+    expect(values).toContain(`runbookBaseUrl: ${runbook}\n`);
+    const alerts = readFileSync('deploy/prometheus/tollgate-alerts.yaml', 'utf8');
+    const links = [...alerts.matchAll(/runbook_url: (\S+)/g)].map((match) => match[1]);
+    expect(links.length).toBeGreaterThan(5);
+    expect(links.filter((link) => !link?.startsWith(`${runbook}#`))).toEqual([]);
   });
 });
