@@ -332,6 +332,12 @@ describe('the metrics port', () => {
     });
     const env = environment(container!, renderedSecrets(all));
     expect(env).toMatchObject({ PROMETHEUS_ADDR: ':19001', PROMETHEUS_PATH: '/metrics' });
+    // What the service makes of them: a listener of its own on every interface.
+    expect(readSettings(env).prometheus).toEqual({
+      host: undefined,
+      port: 19001,
+      path: '/metrics',
+    });
     const service = only(all, 'Service') as K8sObject & {
       spec: { ports: { name: string; port: number; targetPort: string }[] };
     };
