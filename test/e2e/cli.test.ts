@@ -241,11 +241,60 @@ describe('query', () => {
     });
   });
 
-  it('exits 1 with the message when tollgate is unreachable', async () => {
+  it('exits 1 naming the address and what failed when tollgate is unreachable', async () => {
     const addr = `127.0.0.1:${await freePort()}`;
     const run = await cli(['query', '--addr', addr, '--domain', 'api', '--descriptor', 'a=b']);
-    expect(run).toMatchObject({ code: 1, stdout: '' });
-    expect(run.stderr).toMatch(/^tollgate query: tollgate unavailable: 14 UNAVAILABLE/);
+    expect(run).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: `tollgate query: cannot reach tollgate at ${addr}: connect ECONNREFUSED ${addr}\n`,
+    });
+    // `.invalid` never resolves (RFC 6761).
+    const host = 'tollgate.invalid:8081';
+    const unresolved = await cli([
+      'query',
+      '--addr',
+      host,
+      '--domain',
+      'api',
+      '--descriptor',
+      'a=b',
+    ]);
+    expect(unresolved).toMatchObject({ code: 1, stdout: '' });
+    expect(unresolved.stderr).toMatch(
+      /^tollgate query: cannot reach tollgate at tollgate\.invalid:8081: name resolution failed for target dns:tollgate\.invalid:8081\n$/,
+    );
+  });
+
+  it.each([
+    [['--hits', '-3'], "'-3' is negative"],
+    [['--hits=-3'], "'-3' is negative"],
+    [['--hits', '2.5'], "'2.5' is not a whole number"],
+    [['--hits', 'many'], "'many' is not a whole number"],
+    [['--hits', '4294967296'], "'4294967296' is too large"],
+  ])('refuses %j, naming the option and the fault, with exit 2', async (hits, fault) => {
+    const run = await query('--descriptor', 'tenant=carol', ...hits);
+    expect(run).toMatchObject({ code: 2, stdout: '' });
+    expect(run.stderr.split('\n')[0]).toBe(
+      `tollgate query: --hits must be a whole number from 0 to 4294967295: ${fault}`,
+    );
+  });
+
+  it('says which option lacks its value', async () => {
+    const last = await query('--descriptor', 'tenant=carol', '--hits');
+    expect(last).toMatchObject({ code: 2, stdout: '' });
+    expect(last.stderr.split('\n')[0]).toBe('tollgate query: --hits needs a value');
+    const beforeOption = await query('--hits', '--json', '--descriptor', 'tenant=carol');
+    expect(beforeOption).toMatchObject({ code: 2, stdout: '' });
+    expect(beforeOption.stderr.split('\n')[0]).toBe(
+      "tollgate query: --hits needs a value, and '--json' is an option",
+    );
+  });
+
+  it("takes a value that starts with a dash as the option's value", async () => {
+    const run = await query('--descriptor', '-x=1', '--hits', '0');
+    expect(run).toMatchObject({ code: 0, stderr: '' });
+    expect(run.stdout).toBe('OK\n  -x=1: OK, no limit\n');
   });
 });
 
