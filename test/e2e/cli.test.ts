@@ -368,13 +368,21 @@ describe('counters', () => {
     expect(await redis.client.exists(hashed)).toBe(1);
   });
 
-  it('writes nothing when reading a counter that does not exist', async () => {
-    const get = (await counters('get', 'tenant=zed')).stdout;
+  it('exits 1 and writes nothing when reading a counter that does not exist', async () => {
+    const run = await counters('get', 'tenant=zed');
+    expect(run).toMatchObject({ code: 1, stderr: '' });
+    const get = run.stdout;
     expect(get).toContain(
       'no counter: nothing counted yet, in this window or any\nremaining 1 of 1\n',
     );
     expect(get).not.toContain('reset');
-    expect((await counters('reset', 'tenant=zed')).stdout).toContain('reset: no counter\n');
+    const shown = /^key (".*")$/m.exec(get)?.[1];
+    expect(shown).toBeDefined();
+    expect(await redis.client.exists(JSON.parse(shown ?? '""') as string)).toBe(0);
+    // Deleting what is not there leaves what was asked for: reset succeeds.
+    const reset = await counters('reset', 'tenant=zed');
+    expect(reset).toMatchObject({ code: 0, stderr: '' });
+    expect(reset.stdout).toContain('reset: no counter\n');
   });
 
   it('exits 1 when no limit applies, or without REDIS_URL', async () => {
