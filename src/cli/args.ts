@@ -4,7 +4,7 @@
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { Entry } from '../core/check.js';
-import { loadRules } from '../rules/loadRules.js';
+import { checkRules, loadRules, type LoadRulesOptions } from '../rules/loadRules.js';
 import type { DomainRules, RuleSet } from '../rules/types.js';
 import { readSettings, type Settings } from '../process/settings.js';
 
@@ -164,13 +164,23 @@ export function environment(): Settings {
   return cached;
 }
 
-/** The rules at `configPath`, or else the environment's CONFIG_PATH, loaded as the service would. */
-export function loadConfig(configPath: string | undefined): RuleSet {
+/** How the service loads rules, from the environment. */
+function loadOptions(): LoadRulesOptions {
   const settings = environment();
-  return loadRules(configPath ?? settings.configPath, {
+  return {
     defaultAlgorithm: settings.defaultAlgorithm,
     mergeDomainConfig: settings.mergeDomainConfig,
-  });
+  };
+}
+
+/** The rules at `configPath`, or else the environment's CONFIG_PATH, loaded as the service would. */
+export function loadConfig(configPath: string | undefined): RuleSet {
+  return loadRules(configPath ?? environment().configPath, loadOptions());
+}
+
+/** The same rules checked: the rules, or the error of every bad file (see checkRules). */
+export function checkConfigAt(configPath: string | undefined): ReturnType<typeof checkRules> {
+  return checkRules(configPath ?? environment().configPath, loadOptions());
 }
 
 /** One domain's rules; see loadConfig. */

@@ -1,7 +1,9 @@
 // The built `tollgate` command (dist/cli/main.js, built by test/globalSetup.ts), run as an operator
 // would: its output and exit codes, against rules files, a running service and a real Redis.
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { counterKey } from '../../src/store/keys.js';
@@ -153,6 +155,30 @@ describe('check-config', () => {
       'tollgate check-config: bad-unit.yaml: descriptors[0].descriptors[1].rate_limit.unit: ' +
         "'minutes' is not one of second, minute, hour, day, week, month, year\n",
     );
+  });
+  it('reports every bad file of a directory, each with its path and key, then exits 1', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tollgate-check-'));
+    for (const name of ['bad-unit.yaml', 'negative-rpu.yaml']) {
+      copyFileSync(
+        fileURLToPath(new URL(`../fixtures/rules/invalid/${name}`, import.meta.url)),
+        join(dir, name),
+      );
+    }
+    writeFileSync(
+      join(dir, 'good.yaml'),
+      'domain: web\ndescriptors: [{key: a, rate_limit: {unit: second, requests_per_unit: 1}}]\n',
+    );
+    const run = await cli(['check-config', dir]);
+    rmSync(dir, { recursive: true, force: true });
+    expect(run).toEqual({
+      code: 1,
+      stdout: '',
+      stderr:
+        'tollgate check-config: bad-unit.yaml: descriptors[0].descriptors[1].rate_limit.unit: ' +
+        "'minutes' is not one of second, minute, hour, day, week, month, year\n" +
+        'tollgate check-config: negative-rpu.yaml: descriptors[0].rate_limit.requests_per_unit: ' +
+        'must be between 0 and 4294967295, got -1\n',
+    });
   });
 });
 
