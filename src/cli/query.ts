@@ -122,15 +122,16 @@ function failedCall(address: string, error: unknown): unknown {
   }
   if (grpcCode !== 'UNAVAILABLE' || !(error instanceof Error)) return error;
   const details = (error.cause as { details?: unknown } | undefined)?.details;
-  const text = (typeof details === 'string' ? details : error.message)
+  const raw = typeof details === 'string' ? details : error.message;
+  const text = raw
     .replace(/\s*Resolution note:\s*$/, '')
     .replace(/^No connection established\. Last error: (Error: )?/, '')
     .replace(/\.$/, '');
-  // Refused, unresolvable or unroutable: nothing answered. Otherwise tollgate itself said so.
-  const reached =
-    !/\b(ECONNREFUSED|ECONNRESET|EHOSTUNREACH|ENETUNREACH|ETIMEDOUT)\b|resolution failed|failed to connect/i.test(
-      text,
-    );
+  // grpc-js's own words when nothing answered; otherwise tollgate answered UNAVAILABLE itself
+  // (`store unavailable: ...` under FAILURE_MODE=error).
+  const reached = !/^(No connection established|Name resolution failed|Connection dropped)/.test(
+    raw,
+  );
   const reason = text.charAt(0).toLowerCase() + text.slice(1);
   return new CommandError(
     reached

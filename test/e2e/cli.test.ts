@@ -292,6 +292,32 @@ describe('query', () => {
     );
   });
 
+  it('tells a tollgate that answered UNAVAILABLE from one that could not be reached', async () => {
+    const storeDown = await startTollgate({
+      rules: RULES,
+      redisUrl: `redis://127.0.0.1:${await freePort()}`,
+    });
+    try {
+      const run = await cli([
+        'query',
+        '--addr',
+        storeDown.address,
+        '--domain',
+        'api',
+        '--descriptor',
+        'tenant=acme',
+      ]);
+      expect(run).toMatchObject({ code: 1, stdout: '' });
+      expect(run.stderr).toMatch(
+        new RegExp(
+          `^tollgate query: tollgate at ${storeDown.address} answered UNAVAILABLE: store unavailable: [^\\n]+\\n$`,
+        ),
+      );
+    } finally {
+      await storeDown.stop();
+    }
+  });
+
   it.each([
     [['--hits', '-3'], "'-3' is negative"],
     [['--hits=-3'], "'-3' is negative"],
