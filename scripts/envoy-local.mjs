@@ -1,9 +1,10 @@
-// `npm run envoy:local [-- --tollgate HOST:PORT] [--upstream HOST:PORT] [--out FILE]`: writes
-// envoy/envoy.yaml with its two clusters pointed elsewhere, for an Envoy that runs outside Docker
-// Compose. By default: tollgate at 127.0.0.1:8081, the upstream at 127.0.0.1:5678, into
-// envoy/envoy-local.yaml. `--check` fails when that file is not what the defaults give.
+// `npm run envoy:local [-- --tollgate HOST:PORT] [--upstream HOST:PORT] [--out FILE | FILE]`:
+// writes envoy/envoy.yaml with its two clusters pointed elsewhere, for an Envoy that runs outside
+// Docker Compose. By default: tollgate at 127.0.0.1:8081, the upstream at 127.0.0.1:5678, into
+// envoy/envoy-local.yaml. A relative FILE is taken from where the command was run. `--check`
+// fails when envoy/envoy-local.yaml is not what the defaults give.
 import { readFileSync, writeFileSync } from 'node:fs';
-import { join, relative } from 'node:path';
+import { join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { root } from './goBuild.mjs';
 
@@ -49,24 +50,42 @@ export function localBootstrap(addresses = DEFAULTS) {
   return `${header.join('\n')}\n${text}`;
 }
 
+/**
+ * The file to write: FILE or --out FILE as the user wrote it, relative to the directory the
+ * command was run in (npm runs scripts from the package root, and says where it was run in
+ * INIT_CWD); by default envoy/envoy-local.yaml.
+ */
+function outputFile(values, positionals) {
+  const given = positionals[0] ?? values.out;
+  if (positionals.length > 1 || (positionals.length === 1 && values.out !== undefined)) {
+    throw new Error('give the output file once, as FILE or --out FILE');
+  }
+  const here = process.env.INIT_CWD ?? process.cwd();
+  if (given === undefined) return { path: LOCAL, shown: relative(here, LOCAL) };
+  if (given === '') throw new Error('--out: the file name is empty');
+  return { path: resolve(here, given), shown: given };
+}
+
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const { values } = parseArgs({
-    options: {
-      tollgate: { type: 'string', default: DEFAULTS.tollgate },
-      upstream: { type: 'string', default: DEFAULTS.upstream },
-      out: { type: 'string', default: LOCAL },
-      check: { type: 'boolean', default: false },
-    },
-  });
   try {
+    const { values, positionals } = parseArgs({
+      options: {
+        tollgate: { type: 'string', default: DEFAULTS.tollgate },
+        upstream: { type: 'string', default: DEFAULTS.upstream },
+        out: { type: 'string' },
+        check: { type: 'boolean', default: false },
+      },
+      allowPositionals: true,
+    });
     const text = localBootstrap({ tollgate: values.tollgate, upstream: values.upstream });
     if (values.check) {
       if (readFileSync(LOCAL, 'utf8') !== text) {
         throw new Error(`${relative(root, LOCAL)} is out of date: run npm run envoy:local`);
       }
     } else {
-      writeFileSync(values.out, text);
-      console.error(`envoy-local: wrote ${relative(process.cwd(), values.out)}`);
+      const out = outputFile(values, positionals);
+      writeFileSync(out.path, text);
+      console.error(`envoy-local: wrote ${out.shown}`);
     }
   } catch (error) {
     console.error(`envoy-local: ${error.message}`);

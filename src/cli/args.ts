@@ -4,7 +4,7 @@
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { Entry } from '../core/check.js';
-import { loadRules } from '../rules/loadRules.js';
+import { checkRules, loadRules, type LoadRulesOptions } from '../rules/loadRules.js';
 import type { DomainRules, RuleSet } from '../rules/types.js';
 import { readSettings, type Settings } from '../process/settings.js';
 
@@ -48,10 +48,15 @@ export function positionalsOrHelp(args: string[], usage: string): string[] | und
   return undefined;
 }
 
-/** node:util's parseArgs (strict by default), with its errors turned into UsageError. */
+/**
+ * node:util's parseArgs (strict by default), with its errors turned into UsageError. A string
+ * option takes the next argument as its value even when it starts with a dash, as `--hits -3`
+ * means, where parseArgs would call it ambiguous; one that looks like an option is refused.
+ */
 export function parse<T extends ParseArgsConfig>(config: T): ReturnType<typeof parseArgs<T>> {
+  const args = config.args && config.options ? joinValues(config.args, config.options) : undefined;
   try {
-    return parseArgs(config);
+    return parseArgs(args === undefined ? config : { ...config, args });
   } catch (error) {
     const code = (error as { code?: unknown }).code;
     if (typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS')) {
@@ -59,6 +64,61 @@ export function parse<T extends ParseArgsConfig>(config: T): ReturnType<typeof p
     }
     throw error;
   }
+}
+
+type Options = NonNullable<ParseArgsConfig['options']>;
+
+/** `--name VALUE` as `--name=VALUE` for each string option, up to a `--`. */
+function joinValues(args: readonly string[], options: Options): string[] {
+  const spellings = new Map<string, string>();
+  const shorts = new Set<string>();
+  for (const [name, option] of Object.entries(options)) {
+    if (option.short !== undefined) shorts.add(`-${option.short}`);
+    if (option.type !== 'string') continue;
+    spellings.set(`--${name}`, `--${name}`);
+    if (option.short !== undefined) spellings.set(`-${option.short}`, `--${name}`);
+  }
+  const joined: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i] as string;
+    if (arg === '--') return [...joined, ...args.slice(i)];
+    const long = spellings.get(arg);
+    if (long === undefined) {
+      joined.push(arg);
+      continue;
+    }
+    const value = args[i + 1];
+    if (value === undefined) throw new UsageError(`${arg} needs a value`);
+    if (value.startsWith('--') || shorts.has(value)) {
+      throw new UsageError(`${arg} needs a value, and '${value}' is an option`);
+    }
+    joined.push(`${long}=${value}`);
+    i++;
+  }
+  return joined;
+}
+
+/**
+ * A whole-number option, from 0 to `max`; undefined when it is absent. The message names the
+ * option, its range and the fault.
+ */
+export function wholeNumber(
+  text: string | undefined,
+  option: string,
+  max: number,
+): number | undefined {
+  if (text === undefined) return undefined;
+  const fault = /^\s*-/.test(text)
+    ? 'is negative'
+    : !/^\d+$/.test(text)
+      ? 'is not a whole number'
+      : BigInt(text) > BigInt(max)
+        ? 'is too large'
+        : undefined;
+  if (fault !== undefined) {
+    throw new UsageError(`${option} must be a whole number from 0 to ${max}: '${text}' ${fault}`);
+  }
+  return Number(text);
 }
 
 export function required<T>(value: T | undefined, option: string): T {
@@ -104,13 +164,23 @@ export function environment(): Settings {
   return cached;
 }
 
-/** The rules at `configPath`, or else the environment's CONFIG_PATH, loaded as the service would. */
-export function loadConfig(configPath: string | undefined): RuleSet {
+/** How the service loads rules, from the environment. */
+function loadOptions(): LoadRulesOptions {
   const settings = environment();
-  return loadRules(configPath ?? settings.configPath, {
+  return {
     defaultAlgorithm: settings.defaultAlgorithm,
     mergeDomainConfig: settings.mergeDomainConfig,
-  });
+  };
+}
+
+/** The rules at `configPath`, or else the environment's CONFIG_PATH, loaded as the service would. */
+export function loadConfig(configPath: string | undefined): RuleSet {
+  return loadRules(configPath ?? environment().configPath, loadOptions());
+}
+
+/** The same rules checked: the rules, or the error of every bad file (see checkRules). */
+export function checkConfigAt(configPath: string | undefined): ReturnType<typeof checkRules> {
+  return checkRules(configPath ?? environment().configPath, loadOptions());
 }
 
 /** One domain's rules; see loadConfig. */

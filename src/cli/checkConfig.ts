@@ -1,6 +1,6 @@
 // `tollgate check-config`: validates a rules file or directory and prints its rules.
 import { dumpRules } from '../rules/dumpRules.js';
-import { loadConfig, positionalsOrHelp, UsageError, type Command } from './args.js';
+import { checkConfigAt, positionalsOrHelp, UsageError, type Command } from './args.js';
 
 const usage = `Usage: tollgate check-config [PATH]
 
@@ -11,7 +11,8 @@ that has a limit or is unlimited, as GET /rlconfig does:
 
   DOMAIN.KEY_VALUE.KEY: unit=MINUTE|window=30s requests_per_unit=N, algorithm=A[, burst=B], ...
 
-Exits 1 with the error on a bad file.
+Exits 1 on bad rules, after one line for each bad file, naming the file, the path in it and
+the key.
 
 Options:
   -h, --help  Show this help`;
@@ -25,7 +26,12 @@ export const checkConfig: Command = {
     if (positionals === undefined) return 0;
     const [path, ...extra] = positionals;
     if (extra.length > 0) throw new UsageError(`unexpected argument '${extra[0]}'`);
-    for (const line of dumpRules(loadConfig(path))) console.log(line);
+    const { rules, problems } = checkConfigAt(path);
+    if (rules === undefined) {
+      for (const problem of problems) console.error(`tollgate check-config: ${problem.message}`);
+      return 1;
+    }
+    for (const line of dumpRules(rules)) console.log(line);
     return 0;
   },
 };

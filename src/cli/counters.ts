@@ -28,8 +28,8 @@ domain's tenant_key, CACHE_KEY_PREFIX), then:
   reset  deletes the counter, so the next decision starts fresh, and says whether it existed
 
 Redis is the one the service uses: REDIS_URL and the other REDIS_* settings from the
-environment (REDIS_TIMEOUT is raised to at least 1s here). Exits 1 when REDIS_URL is unset or
-no limit applies to the descriptor.
+environment (REDIS_TIMEOUT is raised to at least 1s here). Exits 1 when REDIS_URL is unset,
+when no limit applies to the descriptor, or when get finds no counter.
 
 ${DESCRIPTOR_HELP}
 
@@ -116,7 +116,7 @@ export const counters: Command = {
         // A check would start its window now: no reset to tell yet.
         console.log('no counter: nothing counted yet, in this window or any');
         console.log(`remaining ${capacity} of ${capacity}`);
-        return 0;
+        return 1;
       }
       // Cost 0 checks without consuming; the flags stay off, as for a plain enforced counter.
       const probe: CounterCheck = {

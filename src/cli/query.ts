@@ -2,12 +2,13 @@
 import type { DescriptorStatus } from '../core/check.js';
 import { createTollgateClient, type CheckResult } from '@tollgate/client';
 import {
+  CommandError,
   DESCRIPTOR_HELP,
   parse,
   parseDescriptor,
   required,
   showEntries,
-  UsageError,
+  wholeNumber,
   type Command,
 } from './args.js';
 
@@ -24,12 +25,14 @@ Options:
   --addr HOST:PORT      tollgate's gRPC address (plaintext)
   --domain DOMAIN       the rules' domain
   --descriptor K=V,...  a descriptor; repeat for several
-  --hits N              the request's cost (hits_addend); default 1
+  --hits N              the request's cost (hits_addend), 0 to 4294967295; default 1
   --json                print the decision as JSON
   -h, --help            Show this help`;
 
 const DEADLINE_MS = 5_000;
-const UNLIMITED_REMAINING = 4_294_967_295;
+const UINT32_MAX = 4_294_967_295;
+/** A status's `limit_remaining` when its rule is unlimited. */
+const UNLIMITED_REMAINING = UINT32_MAX;
 
 export const query: Command = {
   name: 'query',
@@ -54,10 +57,7 @@ export const query: Command = {
     const address = required(values.addr, '--addr');
     const domain = required(values.domain, '--domain');
     const descriptors = required(values.descriptor, '--descriptor').map(parseDescriptor);
-    if (values.hits !== undefined && !/^\d+$/.test(values.hits)) {
-      throw new UsageError(`--hits: '${values.hits}' is not a whole number`);
-    }
-    const hitsAddend = values.hits === undefined ? undefined : Number(values.hits);
+    const hitsAddend = wholeNumber(values.hits, '--hits', UINT32_MAX);
 
     const client = createTollgateClient({
       address,
@@ -71,6 +71,8 @@ export const query: Command = {
         descriptors: descriptors.map((entries) => entries.map((e) => [e.key, e.value] as const)),
         ...(hitsAddend === undefined ? {} : { hitsAddend }),
       });
+    } catch (error) {
+      throw failedCall(address, error);
     } finally {
       client.close();
     }
@@ -105,5 +107,35 @@ function showStatus(status: DescriptorStatus): string {
   return (
     `${status.code}, limit ${limit.requestsPerUnit}${per}${name}, ` +
     `${status.limitRemaining} remaining${reset}`
+  );
+}
+
+/**
+ * A call that failed to reach tollgate or to get an answer, said with the address and what
+ * failed. grpc-js's text is kept, without its noise: an empty `Resolution note:` tail and the
+ * `No connection established. Last error: Error:` before the reason. Other errors pass as they are.
+ */
+function failedCall(address: string, error: unknown): unknown {
+  const grpcCode = (error as { grpcCode?: unknown }).grpcCode;
+  if (grpcCode === 'DEADLINE_EXCEEDED') {
+    return new CommandError(`tollgate at ${address} did not answer within ${DEADLINE_MS / 1000}s`);
+  }
+  if (grpcCode !== 'UNAVAILABLE' || !(error instanceof Error)) return error;
+  const details = (error.cause as { details?: unknown } | undefined)?.details;
+  const raw = typeof details === 'string' ? details : error.message;
+  const text = raw
+    .replace(/\s*Resolution note:\s*$/, '')
+    .replace(/^No connection established\. Last error: (Error: )?/, '')
+    .replace(/\.$/, '');
+  // grpc-js's own words when nothing answered; otherwise tollgate answered UNAVAILABLE itself
+  // (`store unavailable: ...` under FAILURE_MODE=error).
+  const reached = !/^(No connection established|Name resolution failed|Connection dropped)/.test(
+    raw,
+  );
+  const reason = text.charAt(0).toLowerCase() + text.slice(1);
+  return new CommandError(
+    reached
+      ? `tollgate at ${address} answered UNAVAILABLE: ${text}`
+      : `cannot reach tollgate at ${address}: ${reason}`,
   );
 }

@@ -165,6 +165,34 @@ export function loadRules(configPath: string, options: LoadRulesOptions): RuleSe
 }
 
 /**
+ * Every problem of the rules under `configPath`, for `tollgate check-config`: each bad file's
+ * error, and once every file reads, the errors between files (a domain defined twice, a
+ * `replaces` with no such limit). The rules when there is none.
+ */
+export function checkRules(
+  configPath: string,
+  options: LoadRulesOptions,
+): { rules: RuleSet; problems: [] } | { rules: undefined; problems: RulesError[] } {
+  const parsed: DomainRules[] = [];
+  const problems: RulesError[] = [];
+  for (const path of ruleFiles(configPath)) {
+    try {
+      parsed.push(parseFile(path, options));
+    } catch (err) {
+      if (!(err instanceof RulesError)) throw err;
+      problems.push(err);
+    }
+  }
+  if (problems.length > 0) return { rules: undefined, problems };
+  try {
+    return { rules: combineDomains(parsed, options), problems: [] };
+  } catch (err) {
+    if (!(err instanceof RulesError)) throw err;
+    return { rules: undefined, problems: [err] };
+  }
+}
+
+/**
  * One rule set from each source's domain (a file, or an xDS resource), in order: a domain given
  * twice is an error, or merges with MERGE_DOMAIN_CONFIG.
  */

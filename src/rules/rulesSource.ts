@@ -1,4 +1,4 @@
-import { NoRulesError } from '../core/errors.js';
+import { NoRulesError, RulesError } from '../core/errors.js';
 import type { Logger } from '../core/logger.js';
 import { dumpRules } from './dumpRules.js';
 import { createRulesLoader } from './loadOffThread.js';
@@ -154,7 +154,12 @@ function watchFiles(
     },
     onError: (error) => {
       events.configLoad(false);
-      logger.error({ err: error }, 'rules reload failed; the previous rules stay in force');
+      const failed = 'rules reload failed; the previous rules stay in force';
+      // A mistake in the files: its message names the file and the fault, and a stack would only
+      // bury it. Anything else is tollgate's own failure, and keeps its stack.
+      if (error instanceof RulesError) {
+        logger.error({ configPath: settings.configPath, reason: error.message }, failed);
+      } else logger.error({ err: error }, failed);
     },
   });
 }

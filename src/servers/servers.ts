@@ -169,7 +169,7 @@ function listenError(setting: string, address: string, error: unknown): Settings
   const code = (error as NodeJS.ErrnoException).code ?? /\b(E[A-Z]+)\b/.exec(text)?.[1];
   const why =
     code === 'EADDRINUSE'
-      ? 'is in use by another process'
+      ? 'is already in use by another process'
       : code === 'EACCES'
         ? 'needs privileges this process lacks (a port below 1024?)'
         : code === 'EADDRNOTAVAIL'

@@ -1,7 +1,9 @@
 // The built `tollgate` command (dist/cli/main.js, built by test/globalSetup.ts), run as an operator
 // would: its output and exit codes, against rules files, a running service and a real Redis.
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { counterKey } from '../../src/store/keys.js';
@@ -154,6 +156,30 @@ describe('check-config', () => {
         "'minutes' is not one of second, minute, hour, day, week, month, year\n",
     );
   });
+  it('reports every bad file of a directory, each with its path and key, then exits 1', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tollgate-check-'));
+    for (const name of ['bad-unit.yaml', 'negative-rpu.yaml']) {
+      copyFileSync(
+        fileURLToPath(new URL(`../fixtures/rules/invalid/${name}`, import.meta.url)),
+        join(dir, name),
+      );
+    }
+    writeFileSync(
+      join(dir, 'good.yaml'),
+      'domain: web\ndescriptors: [{key: a, rate_limit: {unit: second, requests_per_unit: 1}}]\n',
+    );
+    const run = await cli(['check-config', dir]);
+    rmSync(dir, { recursive: true, force: true });
+    expect(run).toEqual({
+      code: 1,
+      stdout: '',
+      stderr:
+        'tollgate check-config: bad-unit.yaml: descriptors[0].descriptors[1].rate_limit.unit: ' +
+        "'minutes' is not one of second, minute, hour, day, week, month, year\n" +
+        'tollgate check-config: negative-rpu.yaml: descriptors[0].rate_limit.requests_per_unit: ' +
+        'must be between 0 and 4294967295, got -1\n',
+    });
+  });
 });
 
 describe('explain', () => {
@@ -241,11 +267,86 @@ describe('query', () => {
     });
   });
 
-  it('exits 1 with the message when tollgate is unreachable', async () => {
+  it('exits 1 naming the address and what failed when tollgate is unreachable', async () => {
     const addr = `127.0.0.1:${await freePort()}`;
     const run = await cli(['query', '--addr', addr, '--domain', 'api', '--descriptor', 'a=b']);
-    expect(run).toMatchObject({ code: 1, stdout: '' });
-    expect(run.stderr).toMatch(/^tollgate query: tollgate unavailable: 14 UNAVAILABLE/);
+    expect(run).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: `tollgate query: cannot reach tollgate at ${addr}: connect ECONNREFUSED ${addr}\n`,
+    });
+    // `.invalid` never resolves (RFC 6761).
+    const host = 'tollgate.invalid:8081';
+    const unresolved = await cli([
+      'query',
+      '--addr',
+      host,
+      '--domain',
+      'api',
+      '--descriptor',
+      'a=b',
+    ]);
+    expect(unresolved).toMatchObject({ code: 1, stdout: '' });
+    expect(unresolved.stderr).toMatch(
+      /^tollgate query: cannot reach tollgate at tollgate\.invalid:8081: name resolution failed for target dns:tollgate\.invalid:8081\n$/,
+    );
+  });
+
+  it('tells a tollgate that answered UNAVAILABLE from one that could not be reached', async () => {
+    const storeDown = await startTollgate({
+      rules: RULES,
+      redisUrl: `redis://127.0.0.1:${await freePort()}`,
+    });
+    try {
+      const run = await cli([
+        'query',
+        '--addr',
+        storeDown.address,
+        '--domain',
+        'api',
+        '--descriptor',
+        'tenant=acme',
+      ]);
+      expect(run).toMatchObject({ code: 1, stdout: '' });
+      expect(run.stderr).toMatch(
+        new RegExp(
+          `^tollgate query: tollgate at ${storeDown.address} answered UNAVAILABLE: store unavailable: [^\\n]+\\n$`,
+        ),
+      );
+    } finally {
+      await storeDown.stop();
+    }
+  });
+
+  it.each([
+    [['--hits', '-3'], "'-3' is negative"],
+    [['--hits=-3'], "'-3' is negative"],
+    [['--hits', '2.5'], "'2.5' is not a whole number"],
+    [['--hits', 'many'], "'many' is not a whole number"],
+    [['--hits', '4294967296'], "'4294967296' is too large"],
+  ])('refuses %j, naming the option and the fault, with exit 2', async (hits, fault) => {
+    const run = await query('--descriptor', 'tenant=carol', ...hits);
+    expect(run).toMatchObject({ code: 2, stdout: '' });
+    expect(run.stderr.split('\n')[0]).toBe(
+      `tollgate query: --hits must be a whole number from 0 to 4294967295: ${fault}`,
+    );
+  });
+
+  it('says which option lacks its value', async () => {
+    const last = await query('--descriptor', 'tenant=carol', '--hits');
+    expect(last).toMatchObject({ code: 2, stdout: '' });
+    expect(last.stderr.split('\n')[0]).toBe('tollgate query: --hits needs a value');
+    const beforeOption = await query('--hits', '--json', '--descriptor', 'tenant=carol');
+    expect(beforeOption).toMatchObject({ code: 2, stdout: '' });
+    expect(beforeOption.stderr.split('\n')[0]).toBe(
+      "tollgate query: --hits needs a value, and '--json' is an option",
+    );
+  });
+
+  it("takes a value that starts with a dash as the option's value", async () => {
+    const run = await query('--descriptor', '-x=1', '--hits', '0');
+    expect(run).toMatchObject({ code: 0, stderr: '' });
+    expect(run.stdout).toBe('OK\n  -x=1: OK, no limit\n');
   });
 });
 
@@ -319,13 +420,21 @@ describe('counters', () => {
     expect(await redis.client.exists(hashed)).toBe(1);
   });
 
-  it('writes nothing when reading a counter that does not exist', async () => {
-    const get = (await counters('get', 'tenant=zed')).stdout;
+  it('exits 1 and writes nothing when reading a counter that does not exist', async () => {
+    const run = await counters('get', 'tenant=zed');
+    expect(run).toMatchObject({ code: 1, stderr: '' });
+    const get = run.stdout;
     expect(get).toContain(
       'no counter: nothing counted yet, in this window or any\nremaining 1 of 1\n',
     );
     expect(get).not.toContain('reset');
-    expect((await counters('reset', 'tenant=zed')).stdout).toContain('reset: no counter\n');
+    const shown = /^key (".*")$/m.exec(get)?.[1];
+    expect(shown).toBeDefined();
+    expect(await redis.client.exists(JSON.parse(shown ?? '""') as string)).toBe(0);
+    // Deleting what is not there leaves what was asked for: reset succeeds.
+    const reset = await counters('reset', 'tenant=zed');
+    expect(reset).toMatchObject({ code: 0, stderr: '' });
+    expect(reset.stdout).toContain('reset: no counter\n');
   });
 
   it('exits 1 when no limit applies, or without REDIS_URL', async () => {

@@ -77,7 +77,7 @@ describe('PROMETHEUS_ADDR on a port that another process holds', () => {
       });
       expect(code).toBe(1);
       expect(`${stdout}${stderr}`).toContain(
-        `PROMETHEUS_ADDR: 127.0.0.1:${port} is in use by another process`,
+        `PROMETHEUS_ADDR: 127.0.0.1:${port} is already in use by another process`,
       );
     } finally {
       holder.close();

@@ -120,7 +120,7 @@ describe('start-up', () => {
     });
     try {
       // The gRPC port was bound first, and stays bound until the process would exit.
-      await expect(service.start()).rejects.toThrow(/PORT: .* is in use/);
+      await expect(service.start()).rejects.toThrow(/PORT: .* is already in use/);
       expect(await healthStatus(`127.0.0.1:${grpcPort}`)).toBe('NOT_SERVING');
     } finally {
       await service.stop(0);

@@ -25,7 +25,7 @@ beforeAll(async () => {
   dir = join(mkdtempSync(join(tmpdir(), 'tollgate-configmap-')), 'rules');
   mkdirSync(dir);
   publishConfigMap(dir, { 'config.yaml': rules('api', 1) });
-  tollgate = await spawnTollgate('', { CONFIG_PATH: dir });
+  tollgate = await spawnTollgate('', { CONFIG_PATH: dir }, { captureStdout: true });
 });
 
 afterAll(async () => {
@@ -72,5 +72,34 @@ describe('a ConfigMap directory, swapped as the kubelet swaps it', () => {
     await eventually(async () => (await limitIn('billing')) === undefined, 20_000);
     expect(await limitIn('api')).toBe(3);
     expect(tollgate.child.exitCode).toBeNull();
+  }, 30_000);
+
+  it('logs a broken file in one line naming it and the fault, with no stack, and keeps serving', async () => {
+    publishConfigMap(dir, {
+      'config.yaml':
+        'domain: api\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minutes, requests_per_unit: 9}\n',
+    });
+    const failed = 'rules reload failed; the previous rules stay in force';
+    const refusals = () =>
+      tollgate
+        .stdout()
+        .split('\n')
+        .filter((line) => line.includes(failed));
+    await eventually(async () => refusals().length > 0, 20_000);
+    expect(refusals().map((line) => JSON.parse(line) as unknown)).toEqual([
+      {
+        level: 50,
+        time: expect.any(Number),
+        service: 'tollgate',
+        configPath: dir,
+        reason:
+          "config.yaml: descriptors[0].rate_limit.unit: 'minutes' is not one of second, minute, hour, day, week, month, year",
+        msg: failed,
+      },
+    ]);
+    expect(await limitIn('api')).toBe(3);
+
+    publishConfigMap(dir, { 'config.yaml': rules('api', 4) });
+    await eventually(async () => (await limitIn('api')) === 4, 20_000);
   }, 30_000);
 });

@@ -190,6 +190,47 @@ describe('envoy/envoy-local.yaml, the same bootstrap for an Envoy outside Docker
     expect(await validate([out])).toMatchObject({ code: 0 });
   });
 
+  // As `npm run envoy:local -- ...` runs it: from the package root, with the user's directory in
+  // INIT_CWD.
+  const fromElsewhere = (args: string[]): Promise<Run> =>
+    new Promise((resolve) => {
+      const child = spawn(
+        process.execPath,
+        [join(process.cwd(), 'scripts/envoy-local.mjs'), ...args],
+        {
+          env: { ...process.env, INIT_CWD: dir },
+        },
+      );
+      let stdout = '';
+      let stderr = '';
+      child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+      child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+      child.once('close', (code) => resolve({ code, stdout, stderr }));
+    });
+
+  it.each([
+    ['--out, relative', ['--out', 'relative.yaml'], 'relative.yaml'],
+    ['a positional FILE', ['positional.yaml'], 'positional.yaml'],
+    ['--out, absolute', ['--out', '<dir>/absolute.yaml'], '<dir>/absolute.yaml'],
+  ])('writes %s where the user is, and says the path as given', async (_, args, given) => {
+    const path = (text: string) => text.replace('<dir>', dir);
+    const run = await fromElsewhere(args.map(path));
+    expect(run).toEqual({ code: 0, stdout: '', stderr: `envoy-local: wrote ${path(given)}\n` });
+    const written = given.startsWith('<dir>') ? path(given) : join(dir, given);
+    expect(readFileSync(written, 'utf8')).toBe(readFileSync('envoy/envoy-local.yaml', 'utf8'));
+  });
+
+  it('refuses two output files, and an unknown option, in one line', async () => {
+    expect(await fromElsewhere(['a.yaml', '--out', 'b.yaml'])).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: 'envoy-local: give the output file once, as FILE or --out FILE\n',
+    });
+    const unknown = await fromElsewhere(['--bogus']);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/^envoy-local: Unknown option '--bogus'\.[^\n]*\n$/);
+  });
+
   it('refuses an address that is not HOST:PORT, by option', async () => {
     const run = await local(['--upstream', 'app.internal', '--out', join(dir, 'never.yaml')]);
     expect(run).toMatchObject({ code: 1 });

@@ -65,11 +65,13 @@ describe('a port in use', () => {
           ...extra,
           ...(extra.WORKERS ? { REDIS_URL: redis.url } : {}),
         };
-        const { code, stderr } = await runToExit(env);
+        const { code, stdout, stderr } = await runToExit(env);
         expect(code).toBe(1);
         expect(stderr).toBe(
-          `tollgate: ${setting}: 127.0.0.1:${port} is in use by another process\n`,
+          `tollgate: ${setting}: 127.0.0.1:${port} is already in use by another process\n`,
         );
+        // Nor does grpc-js say it first, in the log.
+        expect(stdout).not.toContain('No address added');
       } finally {
         server.close();
       }

@@ -98,7 +98,7 @@ describe('a reload that would expand too far', () => {
       .split('\n')
       .find((line) => line.includes('fan.yaml'));
     console.log(
-      `[loading] fan-out of ${file.length} bytes: ${JSON.parse(logged ?? '{}').err?.message}; ` +
+      `[loading] fan-out of ${file.length} bytes: ${JSON.parse(logged ?? '{}').reason}; ` +
         `slowest of ${calls.calls} calls meanwhile ${calls.slowestMs.toFixed(0)} ms, RSS +${grown.toFixed(0)} MB`,
     );
     expect(logged).toContain(

@@ -428,7 +428,9 @@ describe('a start-up error with WORKERS=2', () => {
       const { code, stdout, stderr } = await runToExit({ PORT: String(port) });
       expect(code).toBe(1);
       // As for any bad setting: one line, naming the setting and the port, and no stack.
-      expect(stderr).toBe(`tollgate: PORT: 127.0.0.1:${port} is in use by another process\n`);
+      expect(stderr).toBe(
+        `tollgate: PORT: 127.0.0.1:${port} is already in use by another process\n`,
+      );
       expect(stdout).not.toContain('replacing it');
     } finally {
       squatter.close();

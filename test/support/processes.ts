@@ -45,7 +45,7 @@ export async function spawnTollgate(
     try {
       return await spawnOnFreePorts(rules, env, options);
     } catch (error) {
-      if (attempt >= 5 || !/is in use by another process/.test(String(error))) throw error;
+      if (attempt >= 5 || !/is already in use by another process/.test(String(error))) throw error;
     }
   }
 }

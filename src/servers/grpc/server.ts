@@ -73,12 +73,21 @@ function noDelay(socket: Socket): void {
 }
 
 /**
+ * grpc-js logs a failed bind just before it rejects `bindAsync`; the rejection names the setting
+ * and the port (servers.ts), so this line would only say the same thing first, and less clearly.
+ */
+const FAILED_BIND = /^No address added out of total \d+ resolved$/;
+
+/**
  * grpc-js logs to stderr itself; its lines go to `log` instead, so that they reach the service's
  * structured log and stderr keeps only what stops start-up. It is one setting for the process.
  */
 export function routeGrpcLogs(log: (line: string) => void): void {
   grpc.setLogger({
-    error: (...args: unknown[]) => log(args.map(String).join(' ')),
+    error: (...args: unknown[]) => {
+      const line = args.map(String).join(' ');
+      if (!FAILED_BIND.test(line)) log(line);
+    },
     info: (...args: unknown[]) => log(args.map(String).join(' ')),
     debug: (...args: unknown[]) => log(args.map(String).join(' ')),
   });
