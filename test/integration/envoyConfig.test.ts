@@ -127,7 +127,7 @@ describe("envoy/envoy.yaml against Envoy's API", () => {
   it('says how to get Go when it is missing', async () => {
     const { code, stderr } = await validate([], { ...process.env, PATH: '/nonexistent' });
     expect(code).toBe(2);
-    expect(stderr).toMatch(/Go 1\.23 or newer is needed .* https:\/\/go\.dev\/dl/);
+    expect(stderr).toMatch(/Go 1\.26 or newer is needed .* https:\/\/go\.dev\/dl/);
   });
 });
 
