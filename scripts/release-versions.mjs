@@ -1,5 +1,5 @@
 // `node scripts/release-versions.mjs VERSION`: checks that every version a release publishes is
-// VERSION (`1.2.0` or `v1.2.0`, the tag): both packages, the service's dependency on the client,
+// VERSION (`1.2.0` or `v1.2.0`, the tag): both packages, the service's (development) dependency on the client,
 // package-lock.json, and the chart's version and appVersion. It prints each mismatch and exits 1
 // on any, before the release workflow publishes anything.
 import { readFileSync } from 'node:fs';
@@ -21,7 +21,7 @@ export function versionFaults(dir, tagOrVersion) {
   const chart = parse(readFileSync(join(dir, CHART), 'utf8'));
   const fields = [
     ['package.json', 'version', service.version],
-    ['package.json', `dependencies["${client.name}"]`, service.dependencies?.[client.name]],
+    ['package.json', `devDependencies["${client.name}"]`, service.devDependencies?.[client.name]],
     ['packages/client/package.json', 'version', client.version],
     ['package-lock.json', 'version', lock.version],
     ['package-lock.json', 'packages[""].version', lock.packages?.['']?.version],

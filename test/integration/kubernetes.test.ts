@@ -449,6 +449,22 @@ describe('the rules over xDS', () => {
   });
 });
 
+describe('the image', () => {
+  it("is the release's, by tag, or exactly one image when a digest is given", async () => {
+    const image = async (values: string[]) =>
+      pod(objects(await template(values))).containers[0]!.image;
+    const chart = parse(readFileSync(join(CHART, 'Chart.yaml'), 'utf8')) as { appVersion: string };
+    expect(await image([])).toBe(`ghcr.io/tollgate/tollgate:${chart.appVersion}`);
+    const digest = `sha256:${'ab12'.repeat(16)}`;
+    expect(await image(['--set', `image.digest=${digest}`])).toBe(
+      `ghcr.io/tollgate/tollgate@${digest}`,
+    );
+    const bad = await run(helm, ['template', 'tollgate', CHART, '--set', 'image.digest=latest']);
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toContain("at '/image/digest': 'latest' does not match pattern");
+  });
+});
+
 describe("a parent chart's global values", () => {
   it('are accepted beside the chart’s own, which stay checked', async () => {
     const file = join(dir, 'umbrella-values.yaml');
