@@ -75,6 +75,7 @@ interface Probe {
 }
 
 interface Container {
+  image: string;
   ports: { name: string; containerPort: number }[];
   env: EnvVar[];
   readinessProbe: Probe;
