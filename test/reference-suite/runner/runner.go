@@ -62,7 +62,11 @@ func NewRunner(s settings.Settings) Runner {
 	if err != nil {
 		panic(fmt.Sprintf("runner: cannot listen for statsd: %v", err))
 	}
-	env := append(os.Environ(), environment(s)...)
+	// The settings the tests leave at the reference's defaults mean those defaults. One of them
+	// differs in tollgate and matters here: REDIS_TIMEOUT, 10s in the reference and 15ms in
+	// tollgate, whose first script calls after start-up can take longer than that on a busy host.
+	env := append(os.Environ(), "REDIS_TIMEOUT=10s")
+	env = append(env, environment(s)...)
 	env = append(env,
 		"COMPAT_MODE=reference",
 		// The reference's tests read its stats in process; here they arrive over statsd, flushed
