@@ -1,5 +1,5 @@
 /**
- * Envoy's RLS v3 protos, loaded from the repository's `proto/` directory. `packageDefinition`
+ * Envoy's RLS v3 and RLQS v3 protos, loaded from the repository's `proto/` directory. `packageDefinition`
  * serves the server and reflection; `loadProtoRoot` gives the protobufjs roots that the
  * codec uses on the hot path.
  */
@@ -11,6 +11,8 @@ import protobuf from 'protobufjs';
 export const protoDir = fileURLToPath(new URL('../../proto/', import.meta.url));
 export const rlsProtoFile = 'envoy/service/ratelimit/v3/rls.proto';
 export const rlsServiceName = 'envoy.service.ratelimit.v3.RateLimitService';
+export const rlqsProtoFile = 'envoy/service/rate_limit_quota/v3/rlqs.proto';
+export const rlqsServiceName = 'envoy.service.rate_limit_quota.v3.RateLimitQuotaService';
 
 // google/protobuf/*.proto resolve to protobufjs' bundled copies before any include path is tried.
 /** How proto-loader reads the repository's protos: wire names, enums and longs as strings. */
@@ -24,7 +26,7 @@ export const loaderOptions: protoLoader.Options = {
 };
 
 export const packageDefinition: protoLoader.PackageDefinition = protoLoader.loadSync(
-  rlsProtoFile,
+  [rlsProtoFile, rlqsProtoFile],
   loaderOptions,
 );
 
