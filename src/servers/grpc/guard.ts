@@ -63,6 +63,12 @@ export interface Guard {
   /** Bounds a call that grpc-js serves, by listening to its stream. */
   watch(stream: http2.ServerHttp2Stream): void;
   /**
+   * Counts a long-lived stream (RLQS) as open on its connection, so the idle bound leaves the
+   * connection alone, without the call timeout, the call count or the byte budget, which would
+   * end it: such streams carry bounds of their own. The connection's age still ends it.
+   */
+  hold(stream: http2.ServerHttp2Stream): void;
+  /**
    * Admits a call that the fast path serves, which reports its bytes itself (`receive`,
    * `arrived`, `release`) so that the stream carries no listener of the guard's. Undefined: the
    * call is over the bound, and its stream was reset.
@@ -114,6 +120,14 @@ export function createGuard(options: GuardOptions): Guard {
   return {
     configure: (http2Server) => applyConnectionBounds(http2Server, options, bound, connections),
     watch: (stream) => watchStream(calls, stream),
+    hold(stream) {
+      const held: GuardedCall = {
+        openedAt: now(),
+        receiving: 0,
+        connection: connections.join(stream),
+      };
+      stream.once('close', () => connections.leave(held));
+    },
     admit: calls.admit,
     receive: calls.receive,
     arrived: calls.arrived,

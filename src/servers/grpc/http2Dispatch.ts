@@ -22,7 +22,7 @@ export interface DispatchOptions {
   /** Streams for these paths are served here instead of by grpc-js. */
   handlers: ReadonlyMap<string, StreamHandler>;
   /** Told of each stream that grpc-js serves, after grpc-js has taken it. */
-  onGrpcJsStream?(stream: http2.ServerHttp2Stream): void;
+  onGrpcJsStream?(stream: http2.ServerHttp2Stream, path: string | undefined): void;
   /** Told of each HTTP/2 server, before it listens. */
   configure?(http2Server: Http2Server): void;
 }
@@ -60,7 +60,7 @@ export function dispatchStreams(server: grpc.Server, options: DispatchOptions): 
       const handler = path === undefined ? undefined : handlers.get(path);
       if (handler !== undefined) return handler(stream, headers);
       grpcJs.call(http2Server, stream, headers, flags, rawHeaders);
-      onGrpcJsStream?.(stream);
+      onGrpcJsStream?.(stream, path);
     };
     http2Server.on('stream', dispatch);
     return http2Server;

@@ -17,7 +17,13 @@ import { createConnectionTracker, type ConnectionTracker } from './drain.js';
 import { createGuard, type Guard, type GuardOptions, type Http2Server } from './guard.js';
 import { dispatchStreams, type StreamHandler } from './http2Dispatch.js';
 import { encodeResponseFrame } from './responseFrame.js';
-import { packageDefinition, rlsServiceName, shouldRateLimitMethod } from '../../core/protos.js';
+import {
+  packageDefinition,
+  rlqsServiceName,
+  rlsServiceName,
+  shouldRateLimitMethod,
+} from '../../core/protos.js';
+import type * as protoLoader from '@grpc/proto-loader';
 import { addReflection } from './reflection.js';
 import { toGrpcStatus } from './status.js';
 
@@ -48,6 +54,12 @@ export interface GrpcServerOptions {
   fastPath?: boolean;
   /** GRPC_CLIENT_TLS_SAN, which the fast path checks itself (grpc-js by an interceptor). */
   clientSan?: string;
+  /**
+   * Serves RLQS's StreamRateLimitQuotas (see rlqs/stream.ts), with health of its own name. Its
+   * streams live long: the guard counts them on their connections but neither times them out nor
+   * budgets their bytes.
+   */
+  rlqs?: grpc.handleBidiStreamingCall<unknown, unknown>;
 }
 
 export interface GrpcServer {
@@ -64,7 +76,8 @@ export interface GrpcServer {
 
 type RequestDecoder = (bytes: Buffer) => DecodedRequest;
 
-const healthServices = ['', rlsServiceName];
+/** StreamRateLimitQuotas's path, which the guard tells apart from short calls. */
+export const RLQS_STREAM_PATH = `/${rlqsServiceName}/StreamRateLimitQuotas`;
 /** grpc-js's receive limit when `grpc.max_receive_message_length` is not set. */
 const DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024;
 
@@ -106,11 +119,18 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
   const connections = createConnectionTracker();
   dispatchStreams(server, {
     handlers: ownStreamHandlers(options, decodeRequest, guard),
-    onGrpcJsStream: guard?.watch,
+    onGrpcJsStream:
+      guard &&
+      ((stream, path) =>
+        options.rlqs && path === RLQS_STREAM_PATH ? guard.hold(stream) : guard.watch(stream)),
     configure: (http2Server) => configureHttp2Server(http2Server, guard, connections),
   });
   addRateLimitService(server, decodeRequest, createShouldRateLimit(options));
-  const setServing = addHealth(server);
+  if (options.rlqs) addRlqsService(server, options.rlqs);
+  const setServing = addHealth(
+    server,
+    options.rlqs ? ['', rlsServiceName, rlqsServiceName] : ['', rlsServiceName],
+  );
   addReflection(server, packageDefinition);
 
   const credentials = options.credentials ?? grpc.ServerCredentials.createInsecure();
@@ -159,10 +179,10 @@ function configureHttp2Server(
 }
 
 /** grpc.health.v1, SERVING from the start; returns the switch of its status. */
-function addHealth(server: grpc.Server): (serving: boolean) => void {
+function addHealth(server: grpc.Server, names: readonly string[]): (serving: boolean) => void {
   const health = new HealthImplementation();
   const setServing = (serving: boolean): void => {
-    for (const name of healthServices) health.setStatus(name, serving ? 'SERVING' : 'NOT_SERVING');
+    for (const name of names) health.setStatus(name, serving ? 'SERVING' : 'NOT_SERVING');
   };
   setServing(true);
   health.addToServer(server);
@@ -186,6 +206,17 @@ function addRateLimitService(
     },
     { ShouldRateLimit: shouldRateLimit },
   );
+}
+
+/** RLQS on grpc-js, with proto-loader's (de)serializers. */
+function addRlqsService(
+  server: grpc.Server,
+  handler: grpc.handleBidiStreamingCall<unknown, unknown>,
+): void {
+  const service = packageDefinition[rlqsServiceName] as protoLoader.ServiceDefinition;
+  server.addService(service as unknown as grpc.ServiceDefinition, {
+    StreamRateLimitQuotas: handler,
+  });
 }
 
 type CheckOptions = Pick<GrpcServerOptions, 'decide' | 'onInternalError' | 'onInvalidRequest'>;

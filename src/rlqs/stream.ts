@@ -1,0 +1,247 @@
+/**
+ * StreamRateLimitQuotas on grpc-js: each stream a session (session.ts), each usage report
+ * answered with one response of bucket actions. RLQS streams live long, so instead of the call
+ * timeout and byte budget of short calls they have bounds of their own:
+ * - streams open at once (RESOURCE_EXHAUSTED for one more);
+ * - buckets per stream (the session refuses one more, and the stream ends RESOURCE_EXHAUSTED);
+ * - reports per second per stream, over a burst of a few seconds' worth;
+ * - a stream that sends no report for the stale time is ended (CANCELLED), its demand left to
+ *   expire in the store.
+ * A malformed report ends its stream with INVALID_ARGUMENT naming the fault; a store failure
+ * answers UNAVAILABLE, and Envoy falls back to its expired-assignment behaviour.
+ */
+import { randomUUID } from 'node:crypto';
+import * as grpc from '@grpc/grpc-js';
+import { StoreError } from '../core/errors.js';
+import type { Bucket } from './buckets.js';
+import { BucketLimitError, type BucketAction, type BucketUsage, type Session } from './session.js';
+
+export interface RlqsStreamOptions {
+  /** A new stream's session, under a name unique across instances. */
+  session(streamId: string): Session;
+  maxStreams: number;
+  maxReportsPerSecond: number;
+  staleMs: number;
+  /** Told of each report answered, stream opened and closed, for metrics. */
+  onEvent?(event: RlqsEvent): void;
+}
+
+export type RlqsEvent =
+  | { kind: 'stream'; open: number }
+  | { kind: 'report'; buckets: number; allowed: number; actions: readonly BucketAction[] }
+  | { kind: 'refused'; reason: 'streams' | 'buckets' | 'reports' | 'invalid' | 'stale' };
+
+export interface RlqsService {
+  handler: grpc.handleBidiStreamingCall<unknown, unknown>;
+  streams(): number;
+}
+
+interface WireUsage {
+  bucket_id?: { bucket?: Record<string, string> };
+  time_elapsed?: { seconds?: string | number; nanos?: number };
+  num_requests_allowed?: string | number;
+  num_requests_denied?: string | number;
+}
+
+class InvalidReport extends Error {}
+
+const MAX_ENTRY_BYTES = 1024;
+
+function readUsage(wire: WireUsage, at: number): BucketUsage {
+  const bucket = wire.bucket_id?.bucket;
+  if (bucket === undefined || Object.keys(bucket).length === 0) {
+    throw new InvalidReport(`bucket_quota_usages[${at}].bucket_id is empty`);
+  }
+  for (const [key, value] of Object.entries(bucket)) {
+    if (key.length + value.length > MAX_ENTRY_BYTES) {
+      throw new InvalidReport(
+        `bucket_quota_usages[${at}].bucket_id entry '${key.slice(0, 64)}' is over ${MAX_ENTRY_BYTES} bytes`,
+      );
+    }
+  }
+  const count = (value: string | number | undefined) => Number(value ?? 0);
+  const elapsed = wire.time_elapsed;
+  const elapsedMs =
+    elapsed === undefined
+      ? undefined
+      : Number(elapsed.seconds ?? 0) * 1000 + (elapsed.nanos ?? 0) / 1e6;
+  if (elapsedMs !== undefined && !(elapsedMs >= 0)) {
+    throw new InvalidReport(`bucket_quota_usages[${at}].time_elapsed is negative`);
+  }
+  return {
+    bucket,
+    elapsedMs,
+    allowed: count(wire.num_requests_allowed),
+    denied: count(wire.num_requests_denied),
+  };
+}
+
+function wireAction(action: BucketAction): object {
+  const bucket_id = { bucket: action.bucket as Bucket };
+  if (action.kind === 'abandon') return { bucket_id, abandon_action: {} };
+  const { strategy } = action;
+  const ttl = {
+    seconds: String(Math.floor(action.ttlMs / 1000)),
+    nanos: (action.ttlMs % 1000) * 1e6,
+  };
+  const rate_limit_strategy =
+    strategy.kind === 'blanket'
+      ? { blanket_rule: strategy.rule }
+      : {
+          token_bucket: {
+            max_tokens: strategy.maxTokens,
+            tokens_per_fill: { value: strategy.tokensPerFill },
+            fill_interval: { seconds: String(strategy.fillIntervalSeconds), nanos: 0 },
+          },
+        };
+  return {
+    bucket_id,
+    quota_assignment_action: { assignment_time_to_live: ttl, rate_limit_strategy },
+  };
+}
+
+/** Reports per second: a bucket of a few seconds' worth, refilled continuously. */
+function reportAllowance(perSecond: number): { take(now: number): boolean; lastAt(): number } {
+  const burst = perSecond * 5;
+  let allowance = burst;
+  let last = performance.now();
+  return {
+    take(now) {
+      allowance = Math.min(burst, allowance + ((now - last) / 1000) * perSecond);
+      last = now;
+      if (allowance < 1) return false;
+      allowance -= 1;
+      return true;
+    },
+    lastAt: () => last,
+  };
+}
+
+interface ReportMessage {
+  domain?: string;
+  bucket_quota_usages?: WireUsage[];
+}
+
+/** The stream's domain after this message, and its usages; throws InvalidReport. */
+function readReport(
+  message: ReportMessage,
+  domain: string | undefined,
+): { domain: string; usages: BucketUsage[] } {
+  if (message.domain) {
+    if (domain !== undefined && domain !== message.domain) {
+      throw new InvalidReport(`domain changed from '${domain}' to '${message.domain}'`);
+    }
+    domain = message.domain;
+  }
+  if (domain === undefined) throw new InvalidReport('the first report has no domain');
+  return { domain, usages: (message.bucket_quota_usages ?? []).map(readUsage) };
+}
+
+export function createRlqsService(options: RlqsStreamOptions): RlqsService {
+  let open = 0;
+  const event = (e: RlqsEvent) => options.onEvent?.(e);
+  const handler: grpc.handleBidiStreamingCall<unknown, unknown> = (call) => {
+    if (open >= options.maxStreams) {
+      event({ kind: 'refused', reason: 'streams' });
+      call.emit('error', {
+        code: grpc.status.RESOURCE_EXHAUSTED,
+        details: `${options.maxStreams} RLQS streams are open, RLQS_MAX_STREAMS`,
+      });
+      return;
+    }
+    open += 1;
+    event({ kind: 'stream', open });
+    serveStream(call, options, event, () => {
+      open -= 1;
+      event({ kind: 'stream', open });
+    });
+  };
+  return { handler, streams: () => open };
+}
+
+function serveStream(
+  call: grpc.ServerDuplexStream<unknown, unknown>,
+  options: RlqsStreamOptions,
+  event: (e: RlqsEvent) => void,
+  release: () => void,
+): void {
+  const session = options.session(randomUUID());
+  const allowance = reportAllowance(options.maxReportsPerSecond);
+  let domain: string | undefined;
+  let ended = false;
+  let chain = Promise.resolve();
+  const end = (code: grpc.status, details: string) => {
+    if (ended) return;
+    ended = true;
+    call.emit('error', { code, details });
+  };
+  const stale = setInterval(
+    () => {
+      if (performance.now() - allowance.lastAt() < options.staleMs) return;
+      event({ kind: 'refused', reason: 'stale' });
+      end(grpc.status.CANCELLED, `no usage report for ${options.staleMs} ms, RLQS_STALE_STREAM`);
+    },
+    Math.max(100, Math.min(options.staleMs / 2, 10_000)),
+  );
+  stale.unref();
+  let closed = false;
+  const closeOnce = () => {
+    if (closed) return;
+    closed = true;
+    ended = true;
+    clearInterval(stale);
+    release();
+  };
+  for (const name of ['close', 'finish', 'cancelled']) call.on(name, closeOnce);
+  call.on('error', () => undefined);
+  // Envoy closed its side: answer what is in flight, then end with OK.
+  call.on('end', () => {
+    void chain.then(() => {
+      if (ended) return;
+      ended = true;
+      call.end();
+    });
+  });
+
+  const answer = async (reported: string, usages: BucketUsage[]) => {
+    if (ended) return;
+    try {
+      const actions = await session.report(reported, usages);
+      if (ended) return;
+      const allowed = usages.reduce((sum, usage) => sum + usage.allowed, 0);
+      event({ kind: 'report', buckets: usages.length, allowed, actions });
+      call.write({ bucket_action: actions.map(wireAction) });
+    } catch (error) {
+      if (error instanceof BucketLimitError) {
+        event({ kind: 'refused', reason: 'buckets' });
+        end(grpc.status.RESOURCE_EXHAUSTED, error.message);
+      } else if (error instanceof StoreError) {
+        end(grpc.status.UNAVAILABLE, error.message);
+      } else {
+        end(grpc.status.INTERNAL, 'internal error');
+      }
+    }
+  };
+
+  call.on('data', (message: ReportMessage) => {
+    if (ended) return;
+    if (!allowance.take(performance.now())) {
+      event({ kind: 'refused', reason: 'reports' });
+      end(
+        grpc.status.RESOURCE_EXHAUSTED,
+        `more than ${options.maxReportsPerSecond} usage reports a second, RLQS_MAX_REPORTS_PER_SECOND`,
+      );
+      return;
+    }
+    let report: { domain: string; usages: BucketUsage[] };
+    try {
+      report = readReport(message, domain);
+    } catch (error) {
+      event({ kind: 'refused', reason: 'invalid' });
+      end(grpc.status.INVALID_ARGUMENT, (error as Error).message);
+      return;
+    }
+    domain = report.domain;
+    chain = chain.then(() => answer(report.domain, report.usages));
+  });
+}

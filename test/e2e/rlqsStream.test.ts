@@ -1,0 +1,210 @@
+// StreamRateLimitQuotas over a real gRPC server and client, on the in-memory store: reports in,
+// assignments out; health and bounds of its own; the short-call guard does not end its streams.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import { service as healthService } from 'grpc-health-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loaderOptions, protoDir, rlqsProtoFile } from '../../src/core/protos.js';
+import { ownCounting } from '../../src/decision/counting.js';
+import { ruleQuota } from '../../src/decision/quota.js';
+import { loadRules } from '../../src/rules/loadRules.js';
+import { createMemoryDemand } from '../../src/rlqs/demand.js';
+import { createSession } from '../../src/rlqs/session.js';
+import { createRlqsService, type RlqsService } from '../../src/rlqs/stream.js';
+import { createGrpcServer, type GrpcServer } from '../../src/servers/grpc/server.js';
+import { createMemoryStore } from '../../src/store/memoryStore.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'tollgate-rlqs-stream-'));
+const rulesFile = join(dir, 'rules.yaml');
+writeFileSync(
+  rulesFile,
+  `domain: quota
+tenant_key: tenant
+descriptors:
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 40, algorithm: fixed_window}
+`,
+);
+const rules = loadRules(rulesFile, { defaultAlgorithm: 'fixed_window' });
+const CALL_TIMEOUT_MS = 400;
+
+let server: GrpcServer;
+let rlqs: RlqsService;
+let address: string;
+type Duplex = grpc.ClientDuplexStream<object, Record<string, unknown>>;
+let Client: grpc.ServiceClientConstructor;
+
+beforeAll(async () => {
+  const store = createMemoryStore();
+  const demand = createMemoryDemand({ maxConsumers: 100 });
+  rlqs = createRlqsService({
+    session: (streamId) =>
+      createSession({
+        streamId,
+        rules: () => rules,
+        store,
+        demand,
+        plan: {
+          keyPrefix: '',
+          defaultAlgorithm: 'fixed_window',
+          counting: ownCounting,
+          quota: ruleQuota,
+        },
+        clock: undefined,
+        unmatched: 'allow',
+        ttlFloorMs: 2000,
+        maxBuckets: 3,
+      }),
+    maxStreams: 2,
+    maxReportsPerSecond: 20,
+    staleMs: 60_000,
+  });
+  server = createGrpcServer({
+    decide: () => Promise.reject(new Error('no classic checks here')),
+    limits: { maxDescriptors: 64, maxEntries: 16, maxEntryBytes: 1024 },
+    rlqs: rlqs.handler,
+    guard: {
+      maxConnections: 100,
+      maxCalls: 100,
+      maxReceivingBytes: 1 << 20,
+      callTimeoutMs: CALL_TIMEOUT_MS,
+      maxHeaderListBytes: 16384,
+      maxConnectionAgeMs: Infinity,
+      maxConnectionAgeGraceMs: 1000,
+      maxConnectionIdleMs: Infinity,
+    },
+  });
+  address = `127.0.0.1:${await server.listen('127.0.0.1', 0)}`;
+  const definition = protoLoader.loadSync(rlqsProtoFile, {
+    ...loaderOptions,
+    includeDirs: [protoDir],
+  });
+  const pkg = grpc.loadPackageDefinition(definition) as unknown as {
+    envoy: {
+      service: {
+        rate_limit_quota: { v3: { RateLimitQuotaService: grpc.ServiceClientConstructor } };
+      };
+    };
+  };
+  Client = pkg.envoy.service.rate_limit_quota.v3.RateLimitQuotaService;
+});
+
+afterAll(async () => {
+  await server?.shutdown(500);
+  rmSync(dir, { recursive: true });
+});
+
+/** A stream with a queue of what it received, and how it ended. */
+function open() {
+  const client = new Client(address, grpc.credentials.createInsecure());
+  const stream = (client as unknown as { StreamRateLimitQuotas(): Duplex }).StreamRateLimitQuotas();
+  const received: Record<string, unknown>[] = [];
+  const waiting: (() => void)[] = [];
+  const ended = new Promise<grpc.StatusObject>((resolve) => stream.on('status', resolve));
+  stream.on('error', () => undefined);
+  stream.on('data', (message) => {
+    received.push(message);
+    waiting.shift()?.();
+  });
+  const next = async (): Promise<Record<string, unknown>> => {
+    if (received.length === 0) await new Promise<void>((resolve) => waiting.push(resolve));
+    return received.shift()!;
+  };
+  const close = () => {
+    stream.end();
+    client.close();
+  };
+  return { stream, next, ended, close };
+}
+
+const report = (bucket: Record<string, string>, allowed: number, domain?: string) => ({
+  ...(domain ? { domain } : {}),
+  bucket_quota_usages: [
+    {
+      bucket_id: { bucket },
+      time_elapsed: { seconds: 1 },
+      num_requests_allowed: allowed,
+      num_requests_denied: 0,
+    },
+  ],
+});
+
+describe('StreamRateLimitQuotas', () => {
+  it('answers each report with a token bucket of the rule, past the call timeout', async () => {
+    const { stream, next, close } = open();
+    try {
+      stream.write(report({ tenant: 'acme' }, 1, 'quota'));
+      const first = await next();
+      expect(first).toMatchObject({
+        bucket_action: [
+          {
+            bucket_id: { bucket: { tenant: 'acme' } },
+            quota_assignment_action: {
+              assignment_time_to_live: { seconds: '3' },
+              rate_limit_strategy: {
+                token_bucket: {
+                  max_tokens: 40,
+                  tokens_per_fill: { value: 40 },
+                  fill_interval: { seconds: '1' },
+                },
+              },
+            },
+          },
+        ],
+      });
+      await new Promise((resolve) => setTimeout(resolve, CALL_TIMEOUT_MS * 2));
+      stream.write(report({ tenant: 'acme' }, 5));
+      expect((await next()).bucket_action).toEqual(first.bucket_action);
+    } finally {
+      close();
+    }
+  });
+
+  it('ends a stream whose first report has no domain with INVALID_ARGUMENT', async () => {
+    const { stream, ended, close } = open();
+    stream.write(report({ tenant: 'acme' }, 1));
+    const status = await ended;
+    close();
+    expect(status.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(status.details).toBe('the first report has no domain');
+  });
+
+  it('refuses a bucket past the per-stream bound, and a stream past the stream bound', async () => {
+    const one = open();
+    const two = open();
+    const three = open();
+    try {
+      one.stream.write(report({ tenant: 'a' }, 1, 'quota'));
+      await one.next();
+      two.stream.write(report({ tenant: 'a' }, 1, 'quota'));
+      await two.next();
+      three.stream.write(report({ tenant: 'a' }, 1, 'quota'));
+      expect((await three.ended).code).toBe(grpc.status.RESOURCE_EXHAUSTED);
+      for (const tenant of ['b', 'c', 'd']) one.stream.write(report({ tenant }, 1));
+      const status = await one.ended;
+      expect(status.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
+      expect(status.details).toMatch(/3 buckets, RLQS_MAX_BUCKETS_PER_STREAM/);
+    } finally {
+      for (const s of [one, two, three]) s.close();
+    }
+  });
+
+  it('has health of its own name', async () => {
+    const HealthClient = grpc.makeClientConstructor(healthService, 'grpc.health.v1.Health');
+    const health = new HealthClient(address, grpc.credentials.createInsecure()) as unknown as {
+      check(request: object, done: (error: unknown, reply: { status: string }) => void): void;
+      close(): void;
+    };
+    const reply = await new Promise<{ status: string }>((resolve, reject) =>
+      health.check(
+        { service: 'envoy.service.rate_limit_quota.v3.RateLimitQuotaService' },
+        (e, r) => (e ? reject(e) : resolve(r)),
+      ),
+    );
+    health.close();
+    expect(reply.status).toBe('SERVING');
+  });
+});
