@@ -18,15 +18,21 @@ import (
 	"sigs.k8s.io/yaml"
 
 	// Each typed_config is a google.protobuf.Any, which protojson can read only when its message
-	// type is registered, that is when its Go package is linked in: first the extensions
-	// envoy/envoy.yaml uses, then those an edit is most likely to reach for. A real Envoy type
+	// type is registered, that is when its Go package is linked in: first the extensions the
+	// samples in envoy/ use, then those an edit is most likely to reach for. A real Envoy type
 	// missing here is reported as "unable to resolve": add its package below.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+
+	// The rate_limit_quota filter's matchers: HttpRequestHeaderMatchInput, which also builds
+	// bucket_id_builder's custom_value, and the xDS matcher's own inputs and CEL matcher.
+	_ "github.com/cncf/xds/go/xds/type/matcher/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 
 	// HTTP filters.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/basic_auth/v3"
@@ -47,7 +53,6 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/oauth2/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/set_metadata/v3"
 

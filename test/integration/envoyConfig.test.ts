@@ -5,12 +5,14 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 
-// envoy/envoy.yaml is checked against Envoy's published v3 API by the Go validator in
-// envoy/validate, through `npm run validate:envoy`. Each broken copy is made from the real file by
-// one substitution, so the faults follow its edits; a substitution that no longer finds its text
-// fails the test rather than checking an unbroken copy.
+// The Envoy samples (envoy/envoy.yaml, and envoy/envoy-rlqs.yaml for the rate_limit_quota filter)
+// are checked against Envoy's published v3 API by the Go validator in envoy/validate, through
+// `npm run validate:envoy`. Each broken copy is made from the real file by one substitution, so
+// the faults follow its edits; a substitution that no longer finds its text fails the test rather
+// than checking an unbroken copy.
 
 const envoyYaml = readFileSync('envoy/envoy.yaml', 'utf8');
+const rlqsYaml = readFileSync('envoy/envoy-rlqs.yaml', 'utf8');
 const HTTP_RATELIMIT = 'type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit';
 const NETWORK_RATELIMIT =
   'type.googleapis.com/envoy.extensions.filters.network.ratelimit.v3.RateLimit';
@@ -33,13 +35,13 @@ function validate(args: string[], env: NodeJS.ProcessEnv = process.env): Promise
   });
 }
 
-/** envoy/envoy.yaml with the first match of `find` after `marker` replaced. */
+/** A sample with the first match of `find` after `marker` replaced. */
 function broken(yaml: string, marker: string, find: string | RegExp, replacement: string): string {
   const at = yaml.indexOf(marker);
-  expect(at, `envoy/envoy.yaml no longer has ${marker}`).toBeGreaterThanOrEqual(0);
+  expect(at, `the sample no longer has ${marker}`).toBeGreaterThanOrEqual(0);
   const after = yaml.slice(at);
   const changed = after.replace(find, replacement);
-  expect(changed, `envoy/envoy.yaml no longer has ${String(find)} after ${marker}`).not.toBe(after);
+  expect(changed, `the sample no longer has ${String(find)} after ${marker}`).not.toBe(after);
   return yaml.slice(0, at) + changed;
 }
 
@@ -61,8 +63,12 @@ async function check(name: string, yaml: string): Promise<Run> {
 }
 
 describe("envoy/envoy.yaml against Envoy's API", () => {
-  it('is valid', async () => {
-    expect(await validate([])).toEqual({ code: 0, stdout: 'OK: envoy/envoy.yaml\n', stderr: '' });
+  it('is valid, with the other samples that the validator checks by default', async () => {
+    expect(await validate([])).toEqual({
+      code: 0,
+      stdout: 'OK: envoy/envoy.yaml\nOK: envoy/envoy-local.yaml\nOK: envoy/envoy-rlqs.yaml\n',
+      stderr: '',
+    });
   });
 
   it.each([
@@ -128,6 +134,105 @@ describe("envoy/envoy.yaml against Envoy's API", () => {
     const { code, stderr } = await validate([], { ...process.env, PATH: '/nonexistent' });
     expect(code).toBe(2);
     expect(stderr).toMatch(/Go 1\.26 or newer is needed .* https:\/\/go\.dev\/dl/);
+  });
+});
+
+describe("envoy/envoy-rlqs.yaml, the rate_limit_quota sample, against Envoy's API", () => {
+  const QUOTA_FILTER = 'RateLimitQuotaFilterConfig';
+  const BUCKET = 'RateLimitQuotaBucketSettings';
+  const TYPE = 'type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.';
+  // Where the faults sit: the filter's config, and the settings of its first bucket (/orders).
+  const FILTER_PATH =
+    'static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0].typed_config';
+  const BUCKET_PATH = `${FILTER_PATH}.bucket_matchers.matcher_list.matchers[0].on_match.action.typed_config`;
+
+  it('is valid', async () => {
+    expect(await validate(['envoy/envoy-rlqs.yaml'])).toEqual({
+      code: 0,
+      stdout: 'OK: envoy/envoy-rlqs.yaml\n',
+      stderr: '',
+    });
+  });
+
+  it.each([
+    {
+      fault: 'a misspelt filter field',
+      yaml: () => broken(rlqsYaml, QUOTA_FILTER, 'domain:', 'domian:'),
+      message: `${FILTER_PATH}.domian: unknown field "domian"`,
+    },
+    {
+      fault: 'a filter without its RLQS server',
+      yaml: () => broken(rlqsYaml, QUOTA_FILTER, /\n *rlqs_server:\n.*\n.*cluster_name: \S+/, ''),
+      message: `${FILTER_PATH}.rlqs_server: value is required (in ${TYPE}${QUOTA_FILTER})`,
+    },
+    {
+      fault: 'an empty domain',
+      yaml: () => broken(rlqsYaml, QUOTA_FILTER, /domain: \S+/, "domain: ''"),
+      message: `${FILTER_PATH}.domain: value length must be at least 1 runes (in ${TYPE}${QUOTA_FILTER})`,
+    },
+    {
+      fault: 'a matcher input without a name',
+      yaml: () => broken(rlqsYaml, QUOTA_FILTER, /\n *name: path/, ''),
+      message:
+        `${FILTER_PATH}.bucket_matchers.matcher_list.matchers[0].predicate.single_predicate.input.name: ` +
+        `value length must be at least 1 runes (in ${TYPE}${QUOTA_FILTER})`,
+    },
+    {
+      // Three Anys deep: the bucket's settings are the matcher's action, inside the filter's
+      // config, inside the connection manager's.
+      fault: "a misspelt field in a bucket's settings",
+      yaml: () => broken(rlqsYaml, BUCKET, 'reporting_interval:', 'reportng_interval:'),
+      message: `${BUCKET_PATH}.reportng_interval: unknown field "reportng_interval"`,
+    },
+    {
+      fault: 'a reporting_interval that is not a duration',
+      yaml: () => broken(rlqsYaml, BUCKET, /reporting_interval: \S+/, 'reporting_interval: soon'),
+      message: `${BUCKET_PATH}.reporting_interval: invalid google.protobuf.Duration value "soon"`,
+    },
+    {
+      fault: 'a reporting_interval of 100 ms or less',
+      yaml: () => broken(rlqsYaml, BUCKET, /reporting_interval: \S+/, 'reporting_interval: 0.1s'),
+      message: `${BUCKET_PATH}.reporting_interval: value must be greater than 100ms (in ${TYPE}${BUCKET})`,
+    },
+    {
+      fault: 'a bucket without its reporting_interval',
+      yaml: () => broken(rlqsYaml, BUCKET, /\n *reporting_interval: \S+/, ''),
+      message: `${BUCKET_PATH}.reporting_interval: value is required (in ${TYPE}${BUCKET})`,
+    },
+    {
+      fault: 'a bucket_id_builder with no entries',
+      yaml: () =>
+        broken(
+          rlqsYaml,
+          BUCKET,
+          /bucket_id_builder:\n( *)bucket_id_builder:\n[\s\S]*?string_value: orders\n/,
+          'bucket_id_builder:\n$1bucket_id_builder: {}\n',
+        ),
+      message: `${BUCKET_PATH}.bucket_id_builder.bucket_id_builder: value must contain at least 1 pair(s) (in ${TYPE}${BUCKET})`,
+    },
+    {
+      fault: 'a fallback token bucket without its fill_interval',
+      yaml: () => broken(rlqsYaml, BUCKET, /\n *fill_interval: \S+/, ''),
+      message: `${BUCKET_PATH}.no_assignment_behavior.fallback_rate_limit.token_bucket.fill_interval: value is required (in ${TYPE}${BUCKET})`,
+    },
+    {
+      fault: 'an expired_assignment_behavior_timeout of zero',
+      yaml: () => broken(rlqsYaml, BUCKET, /behavior_timeout: \S+/, 'behavior_timeout: 0s'),
+      message: `${BUCKET_PATH}.expired_assignment_behavior.expired_assignment_behavior_timeout: value must be greater than 0s (in ${TYPE}${BUCKET})`,
+    },
+  ])('rejects $fault, naming it by its path', async ({ fault, yaml, message }) => {
+    const name = `rlqs-${fault.replaceAll(/\W+/g, '-')}`;
+    const { code, stdout } = await check(name, yaml());
+    expect(code).toBe(1);
+    expect(stdout).toBe(`${join(dir, name)}.yaml: ${message}\n`);
+  });
+
+  // Envoy's API lets a bucket go without a bucket_id_builder: its requests are never reported and
+  // get only the no_assignment_behavior, so no rule of tollgate's ever applies to them. The
+  // validator, which checks what the API checks, passes it; the sample's buckets all have one.
+  it("accepts a bucket without a bucket_id_builder, as Envoy's API does", async () => {
+    const yaml = broken(rlqsYaml, BUCKET, /bucket_id_builder:\n[\s\S]*?string_value: orders\n/, '');
+    expect(await check('rlqs-no-builder', yaml)).toMatchObject({ code: 0 });
   });
 });
 
