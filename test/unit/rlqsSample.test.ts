@@ -4,6 +4,7 @@ import { parse } from 'yaml';
 import type { Entry } from '../../src/core/check.js';
 import { loadRules } from '../../src/rules/loadRules.js';
 import { matchRule } from '../../src/rules/match.js';
+import { bucketPath } from '../../src/rlqs/buckets.js';
 
 // envoy/rlqs.yaml is an ordinary tollgate rules file, and envoy/envoy-rlqs.yaml builds the
 // buckets that are matched against it. The buckets are read from the Envoy config itself, so a
@@ -81,7 +82,7 @@ describe('envoy/rlqs.yaml, the rules behind envoy/envoy-rlqs.yaml', () => {
     });
   });
 
-  it('gives every bucket that the filter builds a rule, one per bucket', () => {
+  it('gives every bucket that the filter builds the rules on its path, the tenant first', () => {
     const { matcher_list, on_no_match } = filter.bucket_matchers;
     const buckets = [...matcher_list.matchers.map((m) => m.on_match), on_no_match].map(bucketOf);
     expect(buckets).toEqual([
@@ -89,11 +90,18 @@ describe('envoy/rlqs.yaml, the rules behind envoy/envoy-rlqs.yaml', () => {
       { tenant: TENANT, route: 'search' },
       { tenant: TENANT },
     ]);
-    const met = buckets.map((bucket) => rules && matchRule(rules, entriesOf(bucket))?.limit?.name);
-    expect(met).toEqual(['tenant-orders-quota', 'tenant-search-quota', 'tenant-quota']);
+    const met = buckets.map((bucket) =>
+      bucketPath(rules!, bucket)?.descriptors.map((d) => matchRule(rules!, d.entries)?.limit?.name),
+    );
+    expect(met).toEqual([
+      ['tenant-quota', 'tenant-orders-quota'],
+      ['tenant-quota', 'tenant-search-quota'],
+      ['tenant-quota'],
+    ]);
   });
 
   it('meets no rule with a bucket that lacks the tenant, as an empty x-tenant-id builds', () => {
     expect(rules && matchRule(rules, entriesOf({ route: 'orders' }))).toBeUndefined();
+    expect(bucketPath(rules!, { route: 'orders' })).toBeUndefined();
   });
 });
