@@ -13,6 +13,7 @@ export const LAYERS = [
   'rules',
   'store',
   'decision',
+  'rlqs',
   'observability',
   'servers',
   'process',
