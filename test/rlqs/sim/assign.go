@@ -53,7 +53,7 @@ func (c *simClient) apply(response *rlqspb.RateLimitQuotaResponse, now time.Time
 		default:
 			entry.Kind, entry.Ignored = kindUnset, true
 		}
-		c.outcomes.assignment(entry, c.run.listUnchanged)
+		c.outcomes.assignment(entry, c.run.listUnchanged, c.run.assignmentLimit)
 	}
 	if len(changed) > 0 {
 		c.run.counters.onAssignment.Add(1)

@@ -100,8 +100,8 @@ func TestTheSameStrategyOnlyExtendsTheTTL(t *testing.T) {
 	if changed := changedAssignments(res); len(changed) != 1 || changed[0].Kind != kindTokenBucket {
 		t.Errorf("want one changed assignment, the first; got %+v", changed)
 	}
-	if len(res.Assignments) < 5 {
-		t.Errorf("want the later ones listed as unchanged, got %+v", res.Assignments)
+	if len(res.Assignments) < 5 || res.AssignmentCounts.Unchanged != int64(len(res.Assignments)-1) {
+		t.Errorf("want the later ones listed and counted as unchanged, got %+v (%+v)", res.Assignments, res.AssignmentCounts)
 	}
 	// In the second second the kept bucket admits what it refills, 10. Were it refilled at every
 	// assignment (5 a second), it would admit about 50.

@@ -9,12 +9,9 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Caps on the lists a result carries, so that a fleet's result stays small; what is left out is
-// counted.
-const (
-	maxListedAssignments  = 100_000
-	maxListedStreamErrors = 1_000
-)
+// maxListedStreamErrors caps the stream errors a result lists, so that a fleet's outage does not
+// fill it; the rest are counted.
+const maxListedStreamErrors = 1_000
 
 // counts is one client's requests in one window.
 type counts struct {
@@ -28,7 +25,7 @@ type clientOutcomes struct {
 	latencies            []time.Duration
 	reconnects           int
 	assignments          []Assignment
-	unlistedAssignments  int64
+	assignmentCounts     AssignmentCounts
 	streamErrors         []StreamError
 	unlistedStreamErrors int64
 }
@@ -44,14 +41,20 @@ func (o *clientOutcomes) count(window int, allowed bool) {
 	}
 }
 
-// assignment lists the changed actions, and the ignored ones; the others (TTL extensions) only
-// when listUnchanged is set.
-func (o *clientOutcomes) assignment(entry Assignment, listUnchanged bool) {
-	if (!entry.Changed && !entry.Ignored && !listUnchanged) || len(o.assignments) >= maxListedAssignments {
-		o.unlistedAssignments++
-		return
+// assignment counts an action, and lists it if it changed something or was ignored; the others
+// (TTL extensions) only when listUnchanged is set. The run keeps the first `limit` of all.
+func (o *clientOutcomes) assignment(entry Assignment, listUnchanged bool, limit int) {
+	switch {
+	case entry.Ignored:
+		o.assignmentCounts.Ignored++
+	case entry.Changed:
+		o.assignmentCounts.Changed++
+	default:
+		o.assignmentCounts.Unchanged++
 	}
-	o.assignments = append(o.assignments, entry)
+	if (entry.Changed || entry.Ignored || listUnchanged) && len(o.assignments) < limit {
+		o.assignments = append(o.assignments, entry)
+	}
 }
 
 // streamEnded notes why a stream ended, unless the client closed it itself and it ended cleanly.

@@ -14,10 +14,12 @@ type Result struct {
 	StartMs int64    `json:"startMs"`
 	EndMs   int64    `json:"endMs"`
 	Windows []Window `json:"windows"`
-	// The changed and the ignored assignments (every one with listUnchanged), oldest first.
-	Assignments         []Assignment `json:"assignments"`
-	AssignmentsUnlisted int64        `json:"assignmentsUnlisted"`
-	Reports             Reports      `json:"reports"`
+	// The changed and the ignored assignments (every one with listUnchanged), the oldest
+	// assignmentLimit of them; the counts take in every one.
+	Assignments         []Assignment     `json:"assignments"`
+	AssignmentsUnlisted int64            `json:"assignmentsUnlisted"`
+	AssignmentCounts    AssignmentCounts `json:"assignmentCounts"`
+	Reports             Reports          `json:"reports"`
 	// Streams opened again after one ended, by client; absent with perClient: false.
 	Reconnects                 map[string]int `json:"reconnects,omitempty"`
 	ReconnectsTotal            int            `json:"reconnectsTotal"`
@@ -35,6 +37,15 @@ type Window struct {
 	Admitted map[string]uint64 `json:"admitted,omitempty"`
 	Denied   map[string]uint64 `json:"denied,omitempty"`
 	Total    counts            `json:"total"`
+}
+
+// AssignmentCounts counts the bucket actions the clients received (for buckets they held): those
+// that changed a bucket's strategy or abandoned it, those that only extended a TTL, and those
+// ignored.
+type AssignmentCounts struct {
+	Changed   int64 `json:"changed"`
+	Unchanged int64 `json:"unchanged"`
+	Ignored   int64 `json:"ignored"`
 }
 
 // Assignment is one bucket action a client received.
@@ -115,16 +126,17 @@ func buildResult(r *runState, clients []*simClient, perClient bool) *Result {
 		}
 		res.ReconnectsTotal += o.reconnects
 		res.Assignments = append(res.Assignments, o.assignments...)
-		res.AssignmentsUnlisted += o.unlistedAssignments
+		res.AssignmentCounts.Changed += o.assignmentCounts.Changed
+		res.AssignmentCounts.Unchanged += o.assignmentCounts.Unchanged
+		res.AssignmentCounts.Ignored += o.assignmentCounts.Ignored
 		res.StreamErrors = append(res.StreamErrors, o.streamErrors...)
 		res.StreamErrorsUnlisted += o.unlistedStreamErrors
 		latencies = append(latencies, o.latencies...)
 	}
 	slices.SortStableFunc(res.Assignments, func(a, b Assignment) int { return cmp.Compare(a.AtMs, b.AtMs) })
-	if over := len(res.Assignments) - maxListedAssignments; over > 0 {
-		res.Assignments = res.Assignments[:maxListedAssignments]
-		res.AssignmentsUnlisted += int64(over)
-	}
+	res.Assignments = res.Assignments[:min(len(res.Assignments), r.assignmentLimit)]
+	counted := res.AssignmentCounts
+	res.AssignmentsUnlisted = counted.Changed + counted.Unchanged + counted.Ignored - int64(len(res.Assignments))
 	slices.SortStableFunc(res.StreamErrors, func(a, b StreamError) int { return cmp.Compare(a.AtMs, b.AtMs) })
 	if over := len(res.StreamErrors) - maxListedStreamErrors; over > 0 {
 		res.StreamErrors = res.StreamErrors[:maxListedStreamErrors]

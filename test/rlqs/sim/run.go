@@ -27,6 +27,7 @@ type runState struct {
 	semantics         string
 	settings          *bucketSettings
 	listUnchanged     bool
+	assignmentLimit   int
 	counters          *reportCounters
 
 	ignoredRequestsPerTimeUnit atomic.Int64
@@ -57,6 +58,7 @@ func run(ctx context.Context, sc *Scenario) (*Result, error) {
 		semantics:         sc.semanticsName(),
 		settings:          newBucketSettings(sc),
 		listUnchanged:     sc.ListUnchanged,
+		assignmentLimit:   sc.assignmentLimit(),
 		counters:          &reportCounters{},
 	}
 	for _, plan := range plans {

@@ -22,6 +22,7 @@ type Scenario struct {
 	Semantics           string        `json:"semantics"`
 	PerClient           *bool         `json:"perClient"`
 	ListUnchanged       bool          `json:"listUnchanged"`
+	AssignmentLimit     int           `json:"assignmentLimit"`
 	Seed                uint64        `json:"seed"`
 	Clients             []ClientSpec  `json:"clients"`
 }
@@ -104,6 +105,8 @@ func (s *Scenario) validate() error {
 		return errors.New("reportingIntervalMs must be positive")
 	case len(s.Clients) == 0:
 		return errors.New("clients must name at least one client")
+	case s.AssignmentLimit < 0:
+		return errors.New("assignmentLimit must not be negative")
 	}
 	if _, ok := semanticsByName[s.semanticsName()]; !ok {
 		return fmt.Errorf("semantics must be %q or %q, not %q", semanticsProto, semanticsEnvoyCode, s.Semantics)
@@ -143,6 +146,16 @@ func (s *Scenario) semanticsName() string {
 }
 
 func (s *Scenario) perClient() bool { return s.PerClient == nil || *s.PerClient }
+
+// defaultAssignmentLimit keeps a fleet's result small; the counts cover what is not listed.
+const defaultAssignmentLimit = 1000
+
+func (s *Scenario) assignmentLimit() int {
+	if s.AssignmentLimit == 0 {
+		return defaultAssignmentLimit
+	}
+	return s.AssignmentLimit
+}
 
 func (sp *StrategySpec) validate() error {
 	if (sp.Blanket != "") == (sp.TokenBucket != nil) {

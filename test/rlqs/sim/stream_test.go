@@ -110,7 +110,7 @@ func TestAFleetOfAThousandClients(t *testing.T) {
 		t.Errorf("want no report lost and no error; got %+v, %+v", res.Reports, res.StreamErrors)
 	}
 	// Every client gets its assignment but for a loaded machine's slowest answers.
-	if got := len(changedAssignments(res)); got < 900 {
+	if got := res.AssignmentCounts.Changed; got < 900 {
 		t.Errorf("want about 1000 assignments, got %d (latency %+v)", got, res.Reports.LatencyMs)
 	}
 	if res.Reconnects != nil || res.Windows[0].Admitted != nil {
@@ -142,8 +142,12 @@ func TestAClientWithThousandsOfBuckets(t *testing.T) {
 	if res.Reports.Immediate != 3000 || res.Reports.Dropped != 0 {
 		t.Errorf("reports: %+v", res.Reports)
 	}
-	if got := len(changedAssignments(res)); got != 3000 {
-		t.Errorf("want 3000 changed assignments, got %d", got)
+	if got := res.AssignmentCounts.Changed; got != 3000 {
+		t.Errorf("want 3000 changed assignments, got %+v", res.AssignmentCounts)
+	}
+	if len(res.Assignments) != defaultAssignmentLimit || res.AssignmentsUnlisted < 2000 {
+		t.Errorf("want the first %d listed and the rest counted, got %d and %d",
+			defaultAssignmentLimit, len(res.Assignments), res.AssignmentsUnlisted)
 	}
 	biggest := 0
 	for _, m := range fake.received() {
