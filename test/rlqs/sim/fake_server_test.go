@@ -22,6 +22,7 @@ type fakeServer struct {
 	rlqspb.UnimplementedRateLimitQuotaServiceServer
 	addr    string
 	srv     *grpc.Server
+	options []grpc.ServerOption
 	respond func(m received) *rlqspb.RateLimitQuotaResponse
 
 	mu sync.Mutex
@@ -49,12 +50,12 @@ type usage struct {
 // first tells whether this usage is a new bucket's immediate report: its first request only.
 func (u usage) first() bool { return u.allowed+u.denied == 1 && u.elapsed == 0 }
 
-func startFake(t *testing.T, respond func(received) *rlqspb.RateLimitQuotaResponse) *fakeServer {
+func startFake(t *testing.T, respond func(received) *rlqspb.RateLimitQuotaResponse, options ...grpc.ServerOption) *fakeServer {
 	t.Helper()
-	return listenFake(t, "127.0.0.1:0", respond)
+	return listenFake(t, "127.0.0.1:0", respond, options)
 }
 
-func listenFake(t *testing.T, addr string, respond func(received) *rlqspb.RateLimitQuotaResponse) *fakeServer {
+func listenFake(t *testing.T, addr string, respond func(received) *rlqspb.RateLimitQuotaResponse, options []grpc.ServerOption) *fakeServer {
 	t.Helper()
 	var lis net.Listener
 	var err error
@@ -67,7 +68,7 @@ func listenFake(t *testing.T, addr string, respond func(received) *rlqspb.RateLi
 	if err != nil {
 		t.Fatalf("listen on %s: %v", addr, err)
 	}
-	f := &fakeServer{addr: lis.Addr().String(), srv: grpc.NewServer(), respond: respond}
+	f := &fakeServer{addr: lis.Addr().String(), srv: grpc.NewServer(options...), options: options, respond: respond}
 	rlqspb.RegisterRateLimitQuotaServiceServer(f.srv, f)
 	go func() { _ = f.srv.Serve(lis) }()
 	t.Cleanup(f.srv.Stop)
@@ -77,7 +78,7 @@ func listenFake(t *testing.T, addr string, respond func(received) *rlqspb.RateLi
 // restart is a new server on the same address, answering alike, that starts with no record.
 func (f *fakeServer) restart(t *testing.T) *fakeServer {
 	t.Helper()
-	return listenFake(t, f.addr, f.respond)
+	return listenFake(t, f.addr, f.respond, f.options)
 }
 
 func (f *fakeServer) StreamRateLimitQuotas(call rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {

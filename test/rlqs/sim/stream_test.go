@@ -9,6 +9,8 @@ import (
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 )
 
 func TestReconnectsAfterTheServerRestarts(t *testing.T) {
@@ -55,6 +57,26 @@ func TestReconnectsAfterTheServerRestarts(t *testing.T) {
 	}
 	// The assignment outlives the outage: no request admitted once it came.
 	expectOnly(t, "from 300 ms on", between(res, "a", 300*ms, 3*time.Second), false)
+}
+
+func TestReconnectsAfterGoAway(t *testing.T) {
+	t.Parallel()
+	// The server drains every connection after 400 ms, as at a max connection age: GOAWAY, and
+	// the connection closed a little later (grpc-go takes about a second and a half in all).
+	age := grpc.KeepaliveParams(keepalive.ServerParameters{
+		MaxConnectionAge: 400 * ms, MaxConnectionAgeGrace: 100 * ms,
+	})
+	fake := startFake(t, func(received) *rlqspb.RateLimitQuotaResponse {
+		return respondWith(assign(orders, denyAllRule, 10*time.Second))
+	}, age)
+	res := simulate(t, oneClient(fake.addr, 2500*ms))
+	if res.Reconnects["a"] < 1 || len(res.StreamErrors) == 0 || !strings.Contains(res.StreamErrors[0].Message, "goaway") {
+		t.Errorf("want a reconnect after the GOAWAY, got %v (%+v)", res.Reconnects, res.StreamErrors)
+	}
+	if res.Reports.Immediate != 1 {
+		t.Errorf("want the bucket kept across streams, got %+v", res.Reports)
+	}
+	expectOnly(t, "from 300 ms on", between(res, "a", 300*ms, 2500*ms), false)
 }
 
 func TestClientsJoinAndLeave(t *testing.T) {
