@@ -187,10 +187,16 @@ func (c *ClientSpec) validate(durationMs int64) error {
 	case c.StopMs != nil && *c.StopMs <= c.StartMs:
 		return errors.New("stopMs must be after startMs")
 	}
+	seen := map[string]int{}
 	for i, b := range c.Buckets {
 		if len(b) == 0 {
 			return fmt.Errorf("buckets[%d] is empty: a BucketId needs at least one key", i)
 		}
+		// Responses name buckets by their BucketId: two alike would be one bucket.
+		if j, dup := seen[bucketKey(b)]; dup {
+			return fmt.Errorf("buckets[%d] is the same BucketId as buckets[%d]", i, j)
+		}
+		seen[bucketKey(b)] = i
 	}
 	return nil
 }

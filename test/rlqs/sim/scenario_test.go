@@ -11,12 +11,14 @@ func TestScenarioErrors(t *testing.T) {
 	valid := `"addr":"127.0.0.1:1","domain":"d","durationMs":1000,"windowMs":100,"reportingIntervalMs":100`
 	client := `{"name":"a","buckets":[{"k":"v"}],"rps":10}`
 	cases := map[string]struct{ json, want string }{
-		"not JSON":       {`{`, "not valid JSON"},
-		"unknown field":  {`{` + valid + `,"clients":[` + client + `],"extra":1}`, `unknown field "extra"`},
-		"two objects":    {`{` + valid + `,"clients":[` + client + `]} {}`, "one JSON object"},
-		"no clients":     {`{` + valid + `,"clients":[]}`, "at least one client"},
-		"no domain":      {`{"addr":"x:1","durationMs":1,"windowMs":1,"reportingIntervalMs":1,"clients":[` + client + `]}`, "domain is required"},
-		"empty bucket":   {`{` + valid + `,"clients":[{"name":"a","buckets":[{}],"rps":1}]}`, "buckets[0] is empty"},
+		"not JSON":      {`{`, "not valid JSON"},
+		"unknown field": {`{` + valid + `,"clients":[` + client + `],"extra":1}`, `unknown field "extra"`},
+		"two objects":   {`{` + valid + `,"clients":[` + client + `]} {}`, "one JSON object"},
+		"no clients":    {`{` + valid + `,"clients":[]}`, "at least one client"},
+		"no domain":     {`{"addr":"x:1","durationMs":1,"windowMs":1,"reportingIntervalMs":1,"clients":[` + client + `]}`, "domain is required"},
+		"empty bucket":  {`{` + valid + `,"clients":[{"name":"a","buckets":[{}],"rps":1}]}`, "buckets[0] is empty"},
+		"same bucket twice": {`{` + valid + `,"clients":[{"name":"a","buckets":[{"a":"1","b":"2"},{"b":"2","a":"1"}],"rps":1}]}`,
+			"buckets[1] is the same BucketId as buckets[0]"},
 		"no rps":         {`{` + valid + `,"clients":[{"name":"a","buckets":[{"k":"v"}]}]}`, "rps must be positive"},
 		"stop too early": {`{` + valid + `,"clients":[{"name":"a","buckets":[{"k":"v"}],"rps":1,"startMs":5,"stopMs":5}]}`, "stopMs must be after startMs"},
 		"both strategies": {`{` + valid + `,"noAssignment":{"blanket":"DENY_ALL","tokenBucket":{"maxTokens":1,"fillIntervalMs":1}},"clients":[` + client + `]}`,
