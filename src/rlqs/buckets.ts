@@ -13,8 +13,11 @@
  * classic descriptor deeper than the rules matches nothing.
  */
 import type { Check, Descriptor, Entry } from '../core/check.js';
-import { matchesParts } from '../rules/match.js';
+import { matchLevel } from '../rules/match.js';
 import type { DomainRules, RuleLevel, RuleNode } from '../rules/types.js';
+
+const nodeFor = (level: RuleLevel, key: string, value: string): RuleNode | undefined =>
+  matchLevel(level, { key, value });
 
 export type Bucket = Readonly<Record<string, string>>;
 
@@ -23,16 +26,6 @@ export interface BucketPath {
   entries: readonly Entry[];
   /** One descriptor per level of the path that holds a rule, shallowest first. */
   descriptors: Descriptor[];
-}
-
-/** The node `key=value` reaches at this level, with the classic precedence. */
-function nodeFor(level: RuleLevel, key: string, value: string): RuleNode | undefined {
-  const exact = level.exact.get(key)?.get(value);
-  if (exact !== undefined) return exact;
-  for (const wildcard of level.wildcards) {
-    if (wildcard.key === key && matchesParts(value, wildcard.parts)) return wildcard.node;
-  }
-  return level.bare.get(key);
 }
 
 /** The rule keys of a level, in the order the walk tries them: exact, wildcard, bare. */

@@ -44,10 +44,15 @@ export function createMemoryDemand(
   clock: () => number = Date.now,
 ): DemandStore & { pools(): number } {
   const pools = new Map<string, { consumers: Map<string, Entry>; expiresAt: number }>();
+  // Expired pools are dropped at most once a second, not on every report.
+  let sweptAt = -Infinity;
   return {
     async record(pool, consumer, demand, ttlMs, nowMs) {
       const now = nowMs ?? clock();
-      for (const [name, held] of pools) if (held.expiresAt <= now) pools.delete(name);
+      if (now - sweptAt >= 1000) {
+        sweptAt = now;
+        for (const [name, held] of pools) if (held.expiresAt <= now) pools.delete(name);
+      }
       let held = pools.get(pool);
       if (held === undefined) {
         held = { consumers: new Map(), expiresAt: 0 };

@@ -62,7 +62,7 @@ export interface SessionOptions {
 export class BucketLimitError extends Error {}
 
 interface Held {
-  /** The counters it was charged to, for knowing when its rule is gone. */
+  /** It has matched a rule: when it no longer does, its rule is gone and it is abandoned. */
   matched: boolean;
   lastRate: number | undefined;
   strategy: Strategy | undefined;

@@ -24,7 +24,7 @@ export function matchesParts(value: string, parts: readonly string[]): boolean {
 }
 
 /** The node for one entry at one level: exact value, then first wildcard in file order, then bare key. */
-function matchLevel(level: RuleLevel, entry: Entry): RuleNode | undefined {
+export function matchLevel(level: RuleLevel, entry: Entry): RuleNode | undefined {
   const exact = level.exact.get(entry.key)?.get(entry.value);
   if (exact !== undefined) return exact;
   for (const wildcard of level.wildcards) {
