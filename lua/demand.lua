@@ -2,8 +2,9 @@
 -- so every worker and every instance splits the pool over the same clients.
 -- KEYS[1]: the pool's hash. ARGV: consumer, demand, ttl_ms, now_ms ('' for Redis TIME),
 -- max_consumers. Each field is "demand:expires_at_ms". Records the consumer (unless the pool is
--- full and it is new), drops the expired ones, and returns {total demand, live consumers} as
--- strings, the consumer included when it was recorded.
+-- full and it is new), drops the expired ones, and returns {total demand, live consumers,
+-- recorded '1' or '0'} as strings, the consumer included when it was recorded. The hash lives as long as its longest-lived
+-- consumer.
 local key = KEYS[1]
 local consumer = ARGV[1]
 local demand = tonumber(ARGV[2])
@@ -16,7 +17,7 @@ end
 local max_consumers = tonumber(ARGV[5])
 
 local fields = redis.call('HGETALL', key)
-local total, live, known = 0, 0, false
+local total, live, known, last = 0, 0, false, now + ttl
 for i = 1, #fields, 2 do
   local value = fields[i + 1]
   local sep = string.find(value, ':', 1, true)
@@ -28,12 +29,14 @@ for i = 1, #fields, 2 do
   else
     live = live + 1
     total = total + (tonumber(string.sub(value, 1, sep - 1)) or 0)
+    if expires > last then last = expires end
   end
 end
-if known or live < max_consumers then
+local recorded = known or live < max_consumers
+if recorded then
   redis.call('HSET', key, consumer, string.format('%.17g', demand) .. ':' .. tostring(now + ttl))
   live = live + 1
   total = total + demand
 end
-redis.call('PEXPIRE', key, ttl)
-return {string.format('%.17g', total), tostring(live)}
+redis.call('PEXPIRE', key, last - now)
+return {string.format('%.17g', total), tostring(live), recorded and '1' or '0'}

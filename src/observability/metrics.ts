@@ -77,6 +77,7 @@ import {
   createCheckCounters,
   createProcessSeries,
   createRequestSeries,
+  createRlqsSeries,
   createRuleCounters,
   createRulesLoadSeries,
   createStoreSeries,
@@ -89,9 +90,12 @@ import {
   type RuleCounters,
   type RuleSeries,
   type RulesLoadSeries,
+  type RlqsActionLabel,
   type Series,
   type StoreSeries,
 } from './metricsSeries.js';
+import type { BucketAction } from '../rlqs/session.js';
+import type { RlqsEvent } from '../rlqs/stream.js';
 import { splitHits, type CheckEvent, type RuleOutcome } from '../decision/outcome.js';
 import type { LocalCacheStats } from '../store/overLimitCache.js';
 
@@ -132,6 +136,10 @@ export interface Metrics {
    * exporter names them, `ratelimit_localcache_hitCount` and the rest, read at each scrape.
    */
   localCache(read: () => LocalCacheStats): void;
+  /** Where the RLQS gauges (streams and buckets open) read from, at each scrape. */
+  rlqsStreams(read: { streams(): number; buckets(): number }): void;
+  /** What the RLQS streams report and are told. */
+  rlqs(event: RlqsEvent): void;
   /** The Content-Type of `text()`. */
   readonly contentType: string;
   /** The text exposition, for GET /metrics. */
@@ -159,6 +167,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
     loads: createRulesLoadSeries(),
     boundsReached: createBoundsReached(),
     process: createProcessSeries(),
+    rlqs: createRlqsSeries(),
   };
   registerSeries(registry, s);
 
@@ -176,6 +185,26 @@ export function createMetrics(options: MetricsOptions): Metrics {
     boundReached: (bound) => s.boundsReached.labels(bound).inc(),
     statsdFlushDropped: () => s.process.statsdDropped.inc(),
     localCache: (read) => addLocalCacheGauges(registry, read),
+    rlqsStreams(read) {
+      s.rlqs.read = read;
+    },
+    rlqs(event) {
+      if (event.kind === 'report') {
+        s.rlqs.reports.inc();
+        s.rlqs.requests.labels('allowed').inc(event.allowed);
+        s.rlqs.requests.labels('denied').inc(event.denied);
+        for (const action of event.actions) s.rlqs.assignments.labels(actionLabel(action)).inc();
+      } else if (event.kind === 'refused') {
+        if (event.reason === 'invalid') {
+          s.requests.pending.requests += 1;
+          s.requests.invalidRequests.inc();
+        } else {
+          s.boundsReached.labels(`rlqs_${event.reason}`).inc();
+        }
+      } else if (event.kind === 'over_admitted') {
+        s.rlqs.overAdmitted.inc(event.requests);
+      }
+    },
     invalidRequest(): void {
       s.requests.pending.requests += 1;
       s.requests.invalidRequests.inc();
@@ -190,6 +219,12 @@ export function createMetrics(options: MetricsOptions): Metrics {
     snapshot: () => registry.getMetricsAsJSON(),
     registry,
   };
+}
+
+function actionLabel(action: BucketAction): RlqsActionLabel {
+  if (action.kind === 'abandon') return 'abandon';
+  if (action.strategy.kind === 'token_bucket') return 'token_bucket';
+  return action.strategy.rule === 'DENY_ALL' ? 'deny_all' : 'allow_all';
 }
 
 /** Adds each outcome's hits to its rule's series; a cost that is not a count is skipped. */

@@ -34,6 +34,10 @@ const BOUNDS = [
   'grpc_connection_age',
   'grpc_connection_idle',
   'http_connections',
+  'rlqs_streams',
+  'rlqs_buckets',
+  'rlqs_reports',
+  'rlqs_stale',
 ] as const;
 export type Bound = (typeof BOUNDS)[number];
 
@@ -163,6 +167,7 @@ export interface Series {
   loads: RulesLoadSeries;
   boundsReached: Counter<'bound'>;
   process: ProcessSeries;
+  rlqs: RlqsSeries;
 }
 
 /**
@@ -196,6 +201,12 @@ export function registerSeries(registry: Registry, s: Series): void {
     s.boundsReached,
     s.process.statsdDropped,
     s.process.workers,
+    s.rlqs.streams,
+    s.rlqs.buckets,
+    s.rlqs.reports,
+    s.rlqs.requests,
+    s.rlqs.assignments,
+    s.rlqs.overAdmitted,
   ];
   for (const metric of inOrder) registry.registerMetric(metric);
 }
@@ -509,4 +520,67 @@ export function addLocalCacheGauges(registry: Registry, read: () => LocalCacheSt
       },
     });
   }
+}
+
+/** What an RLQS stream's bucket may be told, as `tollgate_rlqs_assignments_total` labels it. */
+export const RLQS_ACTIONS = ['token_bucket', 'allow_all', 'deny_all', 'abandon'] as const;
+export type RlqsActionLabel = (typeof RLQS_ACTIONS)[number];
+
+/** Envoy's quota service: its streams and buckets (read at each scrape), reports and actions. */
+export interface RlqsSeries {
+  streams: Gauge;
+  buckets: Gauge;
+  reports: Counter;
+  requests: Counter<'result'>;
+  assignments: Counter<'action'>;
+  overAdmitted: Counter;
+  /** Where the gauges read from; unset until the service serves RLQS. */
+  read: { streams(): number; buckets(): number } | undefined;
+}
+
+export function createRlqsSeries(): RlqsSeries {
+  const series: RlqsSeries = {
+    streams: new Gauge({
+      name: 'tollgate_rlqs_streams',
+      help: 'RLQS streams (StreamRateLimitQuotas) open.',
+      registers: [],
+      collect() {
+        this.set(series.read?.streams() ?? 0);
+      },
+    }),
+    buckets: new Gauge({
+      name: 'tollgate_rlqs_buckets',
+      help: 'Buckets held by the open RLQS streams.',
+      registers: [],
+      collect() {
+        this.set(series.read?.buckets() ?? 0);
+      },
+    }),
+    reports: new Counter({
+      name: 'tollgate_rlqs_reports_total',
+      help: 'RLQS usage reports answered.',
+      registers: [],
+    }),
+    requests: new Counter({
+      name: 'tollgate_rlqs_requests_reported_total',
+      help: 'Requests that RLQS clients reported, by result; the allowed ones are charged to the counters.',
+      labelNames: ['result'] as const,
+      registers: [],
+    }),
+    assignments: new Counter({
+      name: 'tollgate_rlqs_assignments_total',
+      help: 'Bucket actions sent to RLQS clients, by action.',
+      labelNames: ['action'] as const,
+      registers: [],
+    }),
+    overAdmitted: new Counter({
+      name: 'tollgate_rlqs_over_admitted_total',
+      help: "Requests RLQS clients reported allowed past their rule's limit in its window.",
+      registers: [],
+    }),
+    read: undefined,
+  };
+  for (const result of ['allowed', 'denied']) series.requests.labels(result).inc(0);
+  for (const action of RLQS_ACTIONS) series.assignments.labels(action).inc(0);
+  return series;
 }

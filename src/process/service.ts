@@ -1,4 +1,6 @@
 import { createLimiter } from '../decision/limiter.js';
+import { choosePolicy } from '../decision/policy.js';
+import { createQuotaService } from '../rlqs/quotaService.js';
 import { createHealth } from './health.js';
 import { createLogger, type Logger } from '../core/logger.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -51,7 +53,8 @@ export function createService(options: ServiceOptions): Service {
     rulesVersion: (source, version) => metrics.rulesVersion(source, version),
     onFirstRules: () => updateHealth(),
   });
-  const { store, localCacheStats } = openStore(settings, { logger, clock, rules: rules.current });
+  const opened = openStore(settings, { logger, clock, rules: rules.current });
+  const { store, localCacheStats } = opened;
   if (localCacheStats) observability.localCache(localCacheStats);
   const limiter = createLimiter({
     rules: rules.current,
@@ -69,6 +72,20 @@ export function createService(options: ServiceOptions): Service {
     logger,
     onChange: () => updateHealth(),
   });
+  const rlqs =
+    settings.rlqs &&
+    createQuotaService({
+      settings: settings.rlqs,
+      rules: rules.current,
+      store,
+      redis: opened.redis,
+      plan: choosePolicy(modeOptions(settings)).plan,
+      clock: settings.clock === 'local' ? clock : undefined,
+      memoryClock: clock,
+      onEvent: (event) => metrics.rlqs(event),
+      onInternalError: (error) => logger.error({ err: error }, 'internal error answering RLQS'),
+    });
+  if (rlqs) metrics.rlqsStreams(rlqs);
   const servers = createServers({
     settings,
     decide: observability.checks((check) => limiter.decide(check)),
@@ -79,6 +96,7 @@ export function createService(options: ServiceOptions): Service {
     rules: () => rules.dump(),
     logger,
     events: metrics,
+    rlqs: rlqs?.handler,
   });
   function updateHealth(): void {
     servers.setServing(health.state().serving);
@@ -112,6 +130,8 @@ export function createService(options: ServiceOptions): Service {
     async stop(graceMs = settings.shutdownGraceMs) {
       health.drain();
       rules.close();
+      // RLQS streams never finish by themselves: ended now, Envoy opens them again elsewhere.
+      rlqs?.close();
       await servers.close(graceMs);
       await observability.close();
       await store.close();

@@ -21,6 +21,7 @@ import type { MetricsListenSettings } from '../servers/servers.js';
 import type { LogLevel } from '../core/logger.js';
 import type { XdsSettings } from '../rules/xdsSettings.js';
 import type { RedisNode, RedisSettings, RedisTls } from '../store/redisSettings.js';
+import type { RlqsSettings } from '../rlqs/rlqsSettings.js';
 
 /**
  * Every setting, read from the environment in this one place, with its default beside it.
@@ -92,6 +93,8 @@ export interface Settings {
   statsd: StatsdSettings | undefined;
   /** A listener of its own for the metrics (PROMETHEUS_ADDR), besides the HTTP port's /metrics. */
   prometheus: MetricsListenSettings | undefined;
+  /** Envoy's Rate Limit Quota Service on the gRPC port; undefined when RLQS_ENABLED=false. */
+  rlqs: RlqsSettings | undefined;
 }
 
 // Each part declares the settings it reads; these are here so that every setting can be found
@@ -105,6 +108,7 @@ export type {
   RedisNode,
   RedisSettings,
   RedisTls,
+  RlqsSettings,
   XdsSettings,
 };
 
@@ -135,6 +139,7 @@ function readAll(env: Env): Settings {
     ...readResponses(env, reference),
     ...readProcess(env),
     ...readObservability(env),
+    rlqs: readRlqs(env),
     compatMode,
   };
   if (settings.workers > 1 && !settings.redis) {
@@ -283,6 +288,20 @@ function readResponses(
       remaining: text(env, 'LIMIT_REMAINING_HEADER', 'RateLimit-Remaining'),
       reset: text(env, 'LIMIT_RESET_HEADER', 'RateLimit-Reset'),
     },
+  };
+}
+
+/** Envoy's Rate Limit Quota Service: on unless RLQS_ENABLED=false (see docs/rlqs.md). */
+function readRlqs(env: Env): RlqsSettings | undefined {
+  if (!boolean(env, 'RLQS_ENABLED', true)) return undefined;
+  return {
+    unmatched: oneOf(env, 'RLQS_UNMATCHED_ACTION', ['allow', 'deny'] as const, 'allow'),
+    maxStreams: integer(env, 'RLQS_MAX_STREAMS', 10_000, 1, 1_000_000),
+    maxBucketsPerStream: integer(env, 'RLQS_MAX_BUCKETS_PER_STREAM', 1_000, 1, 1_000_000),
+    maxReportsPerSecond: integer(env, 'RLQS_MAX_REPORTS_PER_SECOND', 20, 1, 10_000),
+    staleMs: duration(env, 'RLQS_STALE_STREAM', '10m', 1_000),
+    ttlFloorMs: duration(env, 'RLQS_ASSIGNMENT_TTL_FLOOR', '2s', 1_000),
+    maxConsumersPerPool: integer(env, 'RLQS_MAX_CONSUMERS_PER_POOL', 1_000, 1, 100_000),
   };
 }
 

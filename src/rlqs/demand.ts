@@ -6,13 +6,15 @@
  */
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import type { Cluster, Redis } from 'ioredis';
+import type { RedisAccess } from '../store/redisStore.js';
 
 export interface PoolDemand {
   /** The sum of every live consumer's demand, this one's included. */
   totalDemand: number;
   /** Live consumers, this one included. */
   consumers: number;
+  /** false: the pool was full and this consumer new, so it is in neither count. */
+  recorded: boolean;
 }
 
 export interface DemandStore {
@@ -59,20 +61,26 @@ export function createMemoryDemand(
         pools.set(pool, held);
       }
       let total = 0;
+      let last = now + ttlMs;
       for (const [name, entry] of held.consumers) {
         if (name === consumer) continue;
         if (entry.expiresAt <= now) held.consumers.delete(name);
-        else total += entry.demand;
+        else {
+          total += entry.demand;
+          last = Math.max(last, entry.expiresAt);
+        }
       }
       const others = held.consumers.size - (held.consumers.has(consumer) ? 1 : 0);
       let consumers = others;
-      if (held.consumers.has(consumer) || others < options.maxConsumers) {
+      const recorded = held.consumers.has(consumer) || others < options.maxConsumers;
+      if (recorded) {
         held.consumers.set(consumer, { demand, expiresAt: now + ttlMs });
         consumers += 1;
         total += demand;
       }
-      held.expiresAt = now + ttlMs;
-      return { totalDemand: total, consumers };
+      // The pool lives as long as its longest-lived consumer.
+      held.expiresAt = last;
+      return { totalDemand: total, consumers, recorded };
     },
     pools: () => pools.size,
   };
@@ -82,25 +90,27 @@ export function loadDemandScript(): string {
   return readFileSync(fileURLToPath(new URL('../../lua/demand.lua', import.meta.url)), 'utf8');
 }
 
-type DemandCommand = (key: string, ...args: string[]) => Promise<[string, string]>;
+type DemandCommand = (key: string, ...args: string[]) => Promise<[string, string, string]>;
 
-/** The demand store on a Redis connection (single, Sentinel's master, or a cluster). */
-export function createRedisDemand(redis: Redis | Cluster, options: DemandOptions): DemandStore {
-  redis.defineCommand('tollgateDemand', { lua: loadDemandScript(), numberOfKeys: 1 });
-  const command = (redis as unknown as { tollgateDemand: DemandCommand }).tollgateDemand.bind(
-    redis,
-  );
+/**
+ * The demand store on the store's Redis connection (single, Sentinel's master, or a cluster):
+ * bounded by REDIS_TIMEOUT, failing with StoreError, as a check is.
+ */
+export function createRedisDemand(redis: RedisAccess, options: DemandOptions): DemandStore {
+  redis.connection.defineCommand('tollgateDemand', { lua: loadDemandScript(), numberOfKeys: 1 });
   return {
     async record(pool, consumer, demand, ttlMs, nowMs) {
-      const [total, live] = await command(
-        pool,
-        consumer,
-        String(demand),
-        String(Math.max(1, Math.ceil(ttlMs))),
-        nowMs === undefined ? '' : String(Math.floor(nowMs)),
-        String(options.maxConsumers),
+      const [total, live, recorded] = await redis.call((connection) =>
+        (connection as unknown as { tollgateDemand: DemandCommand }).tollgateDemand(
+          pool,
+          consumer,
+          String(demand),
+          String(Math.max(1, Math.ceil(ttlMs))),
+          nowMs === undefined ? '' : String(Math.floor(nowMs)),
+          String(options.maxConsumers),
+        ),
       );
-      return { totalDemand: Number(total), consumers: Number(live) };
+      return { totalDemand: Number(total), consumers: Number(live), recorded: recorded === '1' };
     },
   };
 }

@@ -13,7 +13,8 @@
 import { planCheck } from '../decision/plan.js';
 import type { PlanPolicy } from '../decision/plan.js';
 import type { RuleSet } from '../rules/types.js';
-import type { CounterCheck, Store } from '../store/Store.js';
+import { COST_CAP, type CounterCheck, type CounterResult, type Store } from '../store/Store.js';
+import type { AdmissionWatch } from './admissions.js';
 import {
   assignmentTtlMs,
   consumerBudget,
@@ -57,6 +58,10 @@ export interface SessionOptions {
   ttlFloorMs: number;
   /** How many buckets one stream may hold. */
   maxBuckets: number;
+  /** Over-admission as the reports show it (admissions.ts), shared by the process's streams. */
+  admissions?: AdmissionWatch;
+  /** Told of reported allowed requests past their rule's limit in its window. */
+  onOverAdmitted?(requests: number): void;
 }
 
 export class BucketLimitError extends Error {}
@@ -85,6 +90,68 @@ function poolOf(counter: CounterCheck): Pool {
     burst: counter.algorithm === 'token_bucket' ? counter.burst : undefined,
     windowMs: counter.windowMs,
   };
+}
+
+/**
+ * A window rule's rate R, paced by what its counter has left: at most what remains over the
+ * time left in the window (epoch-aligned, the counter's own reset for a fixed window), never less
+ * than one reporting interval. Alone at R, RLQS clients leave the pace at R; when classic checks
+ * (or fallbacks) take part of the window, the streams' shares shrink until it ends. A token-bucket
+ * rule keeps R: its counter refills as it goes.
+ */
+function pacedPool(
+  counter: CounterCheck,
+  result: CounterResult | undefined,
+  nowMs: number,
+  intervalMs: number | undefined,
+): Pool {
+  const pool = poolOf(counter);
+  if (counter.algorithm === 'token_bucket' || result === undefined) return pool;
+  const left =
+    counter.algorithm === 'fixed_window' && result.resetMs > 0
+      ? result.resetMs
+      : counter.windowMs - (nowMs % counter.windowMs);
+  const seconds = Math.max(left, intervalMs ?? 1000, 1000) / 1000;
+  const pace = Math.max(0, result.remaining) / seconds;
+  return pace < pool.ratePerSecond ? { ...pool, ratePerSecond: pace } : pool;
+}
+
+/**
+ * Charges a report's allowed requests to its counters, with overdraw: they were admitted already.
+ * Charged even when none was (cost 0 consumes nothing): what each counter has left paces the
+ * shares, so that classic checks on the same counter leave RLQS less. Resolves with the counters'
+ * results, and tells of what passed a limit in its window.
+ */
+async function charge(
+  options: SessionOptions,
+  counters: readonly CounterCheck[],
+  allowed: number,
+  nowMs: number | undefined,
+): Promise<CounterResult[]> {
+  const charged = counters.map((counter) => ({
+    ...counter,
+    cost: Math.min(allowed, COST_CAP),
+    overdraw: true,
+    shadow: false,
+    quota: false,
+    reference: undefined,
+  }));
+  const { results } = await options.store.decide(charged, nowMs);
+  if (allowed > 0 && options.admissions) {
+    const at = nowMs ?? Date.now();
+    for (const counter of counters) {
+      if (counter.shadow) continue;
+      const over = options.admissions.add(
+        counter.key,
+        counter.limit,
+        counter.windowMs,
+        allowed,
+        at,
+      );
+      if (over > 0) options.onOverAdmitted?.(over);
+    }
+  }
+  return results;
 }
 
 export function createSession(options: SessionOptions): Session {
@@ -124,17 +191,7 @@ export function createSession(options: SessionOptions): Session {
     }
     state.matched = true;
     const nowMs = options.clock?.();
-    if (usage.allowed > 0) {
-      const charged = counters.map((counter) => ({
-        ...counter,
-        cost: Math.min(usage.allowed, 2 ** 33),
-        overdraw: true,
-        shadow: false,
-        quota: false,
-        reference: undefined,
-      }));
-      await options.store.decide(charged, nowMs);
-    }
+    const results = await charge(options, counters, usage.allowed, nowMs);
     const enforced = counters.filter((counter) => !counter.shadow);
     if (enforced.length === 0) {
       state.strategy = blanket('ALLOW_ALL');
@@ -144,7 +201,8 @@ export function createSession(options: SessionOptions): Session {
     const demand = (usage.allowed + usage.denied) / seconds;
     const consumer = `${options.streamId}|${name}`;
     const shares: PoolShare[] = await Promise.all(
-      enforced.map(async (counter) => {
+      counters.map(async (counter, at) => {
+        if (counter.shadow) return undefined;
         const pool = await options.demand.record(
           `${counter.key}:rlqs`,
           consumer,
@@ -152,10 +210,20 @@ export function createSession(options: SessionOptions): Session {
           ttlMs,
           nowMs,
         );
-        return { pool: poolOf(counter), demand, ...pool };
+        const paced = pacedPool(counter, results[at], nowMs ?? Date.now(), state.intervalMs);
+        // Past the pool's consumer bound this one is not recorded, but its share still counts it.
+        const totalDemand = pool.recorded ? pool.totalDemand : pool.totalDemand + demand;
+        const consumers = pool.recorded ? pool.consumers : pool.consumers + 1;
+        return { pool: paced, demand, totalDemand, consumers };
       }),
-    );
+    ).then((all) => all.filter((share) => share !== undefined));
     const budget = consumerBudget(shares);
+    if (budget.ratePerSecond <= 0) {
+      // The window has nothing left: denied until a report after it rolls over.
+      state.lastRate = 0;
+      state.strategy = blanket('DENY_ALL');
+      return { bucket: usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
+    }
     if (
       !movedEnough(state.lastRate, budget.ratePerSecond) &&
       state.strategy?.kind === 'token_bucket'

@@ -8,11 +8,11 @@
  * - a stream that sends no report for the stale time is ended (CANCELLED), its demand left to
  *   expire in the store.
  * A malformed report ends its stream with INVALID_ARGUMENT naming the fault; a store failure
- * answers UNAVAILABLE, and Envoy falls back to its expired-assignment behaviour.
+ * (or no rules yet, over xDS) answers UNAVAILABLE, and Envoy falls back to its expired-assignment behaviour.
  */
 import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
-import { StoreError } from '../core/errors.js';
+import { NoRulesError, StoreError } from '../core/errors.js';
 import type { Bucket } from './buckets.js';
 import { BucketLimitError, type BucketAction, type BucketUsage, type Session } from './session.js';
 
@@ -24,16 +24,33 @@ export interface RlqsStreamOptions {
   staleMs: number;
   /** Told of each report answered, stream opened and closed, for metrics. */
   onEvent?(event: RlqsEvent): void;
+  /** Told of a failure that is a bug, for the log; the stream ends INTERNAL. */
+  onInternalError?(error: unknown): void;
 }
 
 export type RlqsEvent =
   | { kind: 'stream'; open: number }
-  | { kind: 'report'; buckets: number; allowed: number; actions: readonly BucketAction[] }
-  | { kind: 'refused'; reason: 'streams' | 'buckets' | 'reports' | 'invalid' | 'stale' };
+  | {
+      kind: 'report';
+      buckets: number;
+      allowed: number;
+      denied: number;
+      actions: readonly BucketAction[];
+    }
+  | { kind: 'refused'; reason: 'streams' | 'buckets' | 'reports' | 'invalid' | 'stale' }
+  /** Reported allowed requests past their rule's limit in its window (session.ts). */
+  | { kind: 'over_admitted'; requests: number };
 
 export interface RlqsService {
   handler: grpc.handleBidiStreamingCall<unknown, unknown>;
   streams(): number;
+  /** Buckets held by the open streams. */
+  buckets(): number;
+  /**
+   * Ends every open stream with UNAVAILABLE (shutdown): Envoy keeps its assignments until they
+   * expire and opens its stream again, to another instance.
+   */
+  close(): void;
 }
 
 interface WireUsage {
@@ -139,6 +156,7 @@ function readReport(
 
 export function createRlqsService(options: RlqsStreamOptions): RlqsService {
   let open = 0;
+  const sessions = new Map<Session, (code: grpc.status, details: string) => void>();
   const event = (e: RlqsEvent) => options.onEvent?.(e);
   const handler: grpc.handleBidiStreamingCall<unknown, unknown> = (call) => {
     if (open >= options.maxStreams) {
@@ -151,21 +169,34 @@ export function createRlqsService(options: RlqsStreamOptions): RlqsService {
     }
     open += 1;
     event({ kind: 'stream', open });
-    serveStream(call, options, event, () => {
+    const session = options.session(randomUUID());
+    const end = serveStream(call, session, options, event, () => {
       open -= 1;
+      sessions.delete(session);
       event({ kind: 'stream', open });
     });
+    sessions.set(session, end);
   };
-  return { handler, streams: () => open };
+  const buckets = () => {
+    let held = 0;
+    for (const session of sessions.keys()) held += session.buckets();
+    return held;
+  };
+  const close = () => {
+    for (const end of [...sessions.values()]) {
+      end(grpc.status.UNAVAILABLE, 'the server is shutting down');
+    }
+  };
+  return { handler, streams: () => open, buckets, close };
 }
 
 function serveStream(
   call: grpc.ServerDuplexStream<unknown, unknown>,
+  session: Session,
   options: RlqsStreamOptions,
   event: (e: RlqsEvent) => void,
   release: () => void,
-): void {
-  const session = options.session(randomUUID());
+): (code: grpc.status, details: string) => void {
   const allowance = reportAllowance(options.maxReportsPerSecond);
   let domain: string | undefined;
   let ended = false;
@@ -209,15 +240,17 @@ function serveStream(
       const actions = await session.report(reported, usages);
       if (ended) return;
       const allowed = usages.reduce((sum, usage) => sum + usage.allowed, 0);
-      event({ kind: 'report', buckets: usages.length, allowed, actions });
+      const denied = usages.reduce((sum, usage) => sum + usage.denied, 0);
+      event({ kind: 'report', buckets: usages.length, allowed, denied, actions });
       call.write({ bucket_action: actions.map(wireAction) });
     } catch (error) {
       if (error instanceof BucketLimitError) {
         event({ kind: 'refused', reason: 'buckets' });
         end(grpc.status.RESOURCE_EXHAUSTED, error.message);
-      } else if (error instanceof StoreError) {
+      } else if (error instanceof StoreError || error instanceof NoRulesError) {
         end(grpc.status.UNAVAILABLE, error.message);
       } else {
+        options.onInternalError?.(error);
         end(grpc.status.INTERNAL, 'internal error');
       }
     }
@@ -244,4 +277,5 @@ function serveStream(
     domain = report.domain;
     chain = chain.then(() => answer(report.domain, report.usages));
   });
+  return end;
 }

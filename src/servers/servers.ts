@@ -1,3 +1,4 @@
+import type { handleBidiStreamingCall } from '@grpc/grpc-js';
 import type { Check, Decision, HeaderReader } from '../core/check.js';
 import { SettingsError } from '../core/errors.js';
 import type { RequestLimits } from './grpc/codec.js';
@@ -11,8 +12,8 @@ import type { Logger } from '../core/logger.js';
 import type { Bound } from '../observability/metrics.js';
 
 /**
- * The servers a check arrives on: gRPC (ShouldRateLimit, health, reflection; the fast path or
- * grpc-js) and HTTP (POST /json, /healthcheck, /metrics, /rlconfig). Both take the same checks and
+ * The servers a check arrives on: gRPC (ShouldRateLimit, health, reflection, RLQS's stream; the
+ * fast path or grpc-js) and HTTP (POST /json, /healthcheck, /metrics, /rlconfig). Both take the same checks and
  * the same health; they listen, and drain, side by side.
  */
 export interface Servers {
@@ -68,6 +69,8 @@ export interface ServersOptions {
   logger: Logger;
   /** What the servers count: requests refused as malformed, and bounds reached. */
   events: ServerEvents;
+  /** RLQS's StreamRateLimitQuotas on the gRPC port (rlqs/stream.ts); unset: not offered. */
+  rlqs?: handleBidiStreamingCall<unknown, unknown>;
 }
 
 export interface ServerEvents {
@@ -90,6 +93,7 @@ export function createServers(options: ServersOptions): Servers {
   routeGrpcLogs((line) => logger.warn({ source: 'grpc-js' }, line));
   const grpc = createGrpcServer({
     decide: options.decide,
+    rlqs: options.rlqs,
     limits,
     onInternalError,
     onInvalidRequest,

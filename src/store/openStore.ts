@@ -2,7 +2,7 @@ import type { Logger } from '../core/logger.js';
 import type { LocalCacheStats } from './overLimitCache.js';
 import { withLocalCache, withOverLimitCache } from './cachedStore.js';
 import { createMemoryStore } from './memoryStore.js';
-import { createRedisStore } from './redisStore.js';
+import { createRedisStore, type RedisAccess } from './redisStore.js';
 import type { RedisSettings } from './redisSettings.js';
 import type { Store } from './Store.js';
 
@@ -14,6 +14,8 @@ export interface OpenedStore {
   store: Store;
   /** The reference's local-cache gauges, when COMPAT_MODE=reference keeps that cache. */
   localCacheStats: (() => LocalCacheStats) | undefined;
+  /** The Redis connection beneath, for calls of other kinds (RLQS's demand); none in memory. */
+  redis: RedisAccess | undefined;
 }
 
 /** The settings the store reads. */
@@ -39,7 +41,7 @@ export interface OpenStoreOptions {
 
 export function openStore(settings: StoreSettings, options: OpenStoreOptions): OpenedStore {
   const { logger, clock } = options;
-  const backend: Store = settings.redis
+  const redisStore = settings.redis
     ? createRedisStore(settings.redis, {
         onError: (error) => logger.debug({ err: error, kind: error.kind }, 'redis connection'),
         clockSkewToleranceMs: settings.clockSkewToleranceMs,
@@ -52,7 +54,9 @@ export function openStore(settings: StoreSettings, options: OpenStoreOptions): O
             'redis answered nothing while calls waited; reconnecting to release them',
           ),
       })
-    : createMemoryStore({ clock });
+    : undefined;
+  const backend: Store = redisStore ?? createMemoryStore({ clock });
+  const redis = redisStore?.access;
   const size = settings.overLimitCacheSize;
   const cacheOptions = {
     size,
@@ -63,12 +67,12 @@ export function openStore(settings: StoreSettings, options: OpenStoreOptions): O
   if (size > 0 && settings.compatMode === 'reference') {
     // Reference counting never refunds, so this cache stays on a cluster, as the reference's does.
     const store = withLocalCache(backend, cacheOptions);
-    return { store, localCacheStats: () => store.localCacheStats() };
+    return { store, localCacheStats: () => store.localCacheStats(), redis };
   }
   // The exact cache is off on a cluster: a denial that spans slots refunds what it took, so a
   // count may fall early.
   if (size > 0 && settings.redis?.type !== 'cluster') {
-    return { store: withOverLimitCache(backend, cacheOptions), localCacheStats: undefined };
+    return { store: withOverLimitCache(backend, cacheOptions), localCacheStats: undefined, redis };
   }
-  return { store: backend, localCacheStats: undefined };
+  return { store: backend, localCacheStats: undefined, redis };
 }

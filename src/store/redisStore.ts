@@ -68,14 +68,37 @@ type Bounded = <T>(call: Promise<T>) => Promise<T>;
 
 type Explain = (error: unknown) => StoreError;
 
-export function createRedisStore(settings: RedisSettings, options: RedisStoreOptions = {}): Store {
+/**
+ * Calls of another kind on the store's own connection, bounded by REDIS_TIMEOUT and failing with
+ * the StoreError a check would get: RLQS's demand (rlqs/demand.ts) runs on it.
+ */
+export interface RedisAccess {
+  readonly connection: Redis | Cluster;
+  call<T>(run: (connection: Redis | Cluster) => Promise<T>): Promise<T>;
+}
+
+export type RedisStore = Store & { readonly access: RedisAccess };
+
+export function createRedisStore(
+  settings: RedisSettings,
+  options: RedisStoreOptions = {},
+): RedisStore {
   if (settings.type === 'cluster') {
-    return createClusterStore(clusterBackend(settings, options), {
+    const backend = clusterBackend(settings, options);
+    const store = createClusterStore(backend, {
       timeoutMs: settings.timeoutMs,
       clockSkewToleranceMs: options.clockSkewToleranceMs ?? 0,
       classify,
       onError: options.onError,
     });
+    const access: RedisAccess = {
+      connection: backend.cluster,
+      call: (run) =>
+        withDeadline(run(backend.cluster), settings.timeoutMs).catch((error: unknown) => {
+          throw classify(error);
+        }),
+    };
+    return { ...store, access };
   }
   const redis = connectRedis(settings);
   const { explain, answered } = watchConnectionErrors(redis, options.onError);
@@ -84,7 +107,16 @@ export function createRedisStore(settings: RedisSettings, options: RedisStoreOpt
   const scripts = defineScripts(redis, lua);
   const bounded = boundCalls(redis, settings.timeoutMs, answered, options.onSilentConnection);
 
+  const access: RedisAccess = {
+    connection: redis,
+    call: (run) =>
+      bounded(run(redis)).catch((error: unknown) => {
+        throw explain(error);
+      }),
+  };
+
   return {
+    access,
     decide: batchedDecide(scripts, bounded, explain, options),
 
     reset: (keys: readonly string[]) =>
@@ -326,7 +358,10 @@ function sentinelOptions(settings: RedisSettings): RedisOptions {
  * TRYAGAIN, CLUSTERDOWN and a lost node are retried after a fifth of REDIS_TIMEOUT, and the cluster
  * store bounds every call by REDIS_TIMEOUT whatever the client is still trying.
  */
-function clusterBackend(settings: RedisSettings, options: RedisStoreOptions): SlotBackend {
+function clusterBackend(
+  settings: RedisSettings,
+  options: RedisStoreOptions,
+): SlotBackend & { cluster: Cluster } {
   const retryDelay = Math.max(1, Math.min(100, Math.floor(settings.timeoutMs / 5)));
   const cluster = new Cluster(settings.nodes ?? [{ host: settings.host, port: settings.port }], {
     redisOptions: {
@@ -370,6 +405,7 @@ function clusterBackend(settings: RedisSettings, options: RedisStoreOptions): Sl
   const sha = scriptSha(lua);
   const scripts = defineScripts(cluster, lua);
   return {
+    cluster,
     run: (call) => scripts[call.script](...call.args),
     del: (keys) => withDeadline(cluster.del(...keys), settings.timeoutMs),
     exists: (keys) => withDeadline(cluster.exists(...keys), settings.timeoutMs),

@@ -4,10 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
-import * as protoLoader from '@grpc/proto-loader';
-import { service as healthService } from 'grpc-health-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loaderOptions, protoDir, rlqsProtoFile } from '../../src/core/protos.js';
 import { ownCounting } from '../../src/decision/counting.js';
 import { ruleQuota } from '../../src/decision/quota.js';
 import { loadRules } from '../../src/rules/loadRules.js';
@@ -16,6 +13,7 @@ import { createSession } from '../../src/rlqs/session.js';
 import { createRlqsService, type RlqsService } from '../../src/rlqs/stream.js';
 import { createGrpcServer, type GrpcServer } from '../../src/servers/grpc/server.js';
 import { createMemoryStore } from '../../src/store/memoryStore.js';
+import { openRlqs, rlqsHealth, usageReport } from '../support/rlqsClient.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'tollgate-rlqs-stream-'));
 const rulesFile = join(dir, 'rules.yaml');
@@ -34,8 +32,6 @@ const CALL_TIMEOUT_MS = 400;
 let server: GrpcServer;
 let rlqs: RlqsService;
 let address: string;
-type Duplex = grpc.ClientDuplexStream<object, Record<string, unknown>>;
-let Client: grpc.ServiceClientConstructor;
 
 beforeAll(async () => {
   const store = createMemoryStore();
@@ -78,18 +74,6 @@ beforeAll(async () => {
     },
   });
   address = `127.0.0.1:${await server.listen('127.0.0.1', 0)}`;
-  const definition = protoLoader.loadSync(rlqsProtoFile, {
-    ...loaderOptions,
-    includeDirs: [protoDir],
-  });
-  const pkg = grpc.loadPackageDefinition(definition) as unknown as {
-    envoy: {
-      service: {
-        rate_limit_quota: { v3: { RateLimitQuotaService: grpc.ServiceClientConstructor } };
-      };
-    };
-  };
-  Client = pkg.envoy.service.rate_limit_quota.v3.RateLimitQuotaService;
 });
 
 afterAll(async () => {
@@ -97,40 +81,9 @@ afterAll(async () => {
   rmSync(dir, { recursive: true });
 });
 
-/** A stream with a queue of what it received, and how it ended. */
-function open() {
-  const client = new Client(address, grpc.credentials.createInsecure());
-  const stream = (client as unknown as { StreamRateLimitQuotas(): Duplex }).StreamRateLimitQuotas();
-  const received: Record<string, unknown>[] = [];
-  const waiting: (() => void)[] = [];
-  const ended = new Promise<grpc.StatusObject>((resolve) => stream.on('status', resolve));
-  stream.on('error', () => undefined);
-  stream.on('data', (message) => {
-    received.push(message);
-    waiting.shift()?.();
-  });
-  const next = async (): Promise<Record<string, unknown>> => {
-    if (received.length === 0) await new Promise<void>((resolve) => waiting.push(resolve));
-    return received.shift()!;
-  };
-  const close = () => {
-    stream.end();
-    client.close();
-  };
-  return { stream, next, ended, close };
-}
-
-const report = (bucket: Record<string, string>, allowed: number, domain?: string) => ({
-  ...(domain ? { domain } : {}),
-  bucket_quota_usages: [
-    {
-      bucket_id: { bucket },
-      time_elapsed: { seconds: 1 },
-      num_requests_allowed: allowed,
-      num_requests_denied: 0,
-    },
-  ],
-});
+const open = () => openRlqs(address);
+const report = (bucket: Record<string, string>, allowed: number, domain?: string) =>
+  usageReport(bucket, allowed, domain);
 
 describe('StreamRateLimitQuotas', () => {
   it('answers each report with a token bucket of the rule, past the call timeout', async () => {
@@ -193,18 +146,6 @@ describe('StreamRateLimitQuotas', () => {
   });
 
   it('has health of its own name', async () => {
-    const HealthClient = grpc.makeClientConstructor(healthService, 'grpc.health.v1.Health');
-    const health = new HealthClient(address, grpc.credentials.createInsecure()) as unknown as {
-      check(request: object, done: (error: unknown, reply: { status: string }) => void): void;
-      close(): void;
-    };
-    const reply = await new Promise<{ status: string }>((resolve, reject) =>
-      health.check(
-        { service: 'envoy.service.rate_limit_quota.v3.RateLimitQuotaService' },
-        (e, r) => (e ? reject(e) : resolve(r)),
-      ),
-    );
-    health.close();
-    expect(reply.status).toBe('SERVING');
+    expect(await rlqsHealth(address)).toBe('SERVING');
   });
 });

@@ -431,7 +431,8 @@ describe('exactness across instances', () => {
 async function createAclUser(name: string, withAsking: boolean) {
   const rules =
     `SETUSER ${name} on >${name}-secret resetkeys ~tg:* resetchannels -@all ` +
-    '+evalsha +eval +hmget +hset +pexpire +time +ping +del +exists +cluster|slots +cluster|info' +
+    '+evalsha +eval +hmget +hset +hgetall +hdel +pexpire +time +ping +del +exists ' +
+    '+cluster|slots +cluster|info' +
     (withAsking ? ' +asking' : '');
   for (const node of await cluster.nodes()) {
     await cluster.client(node.port).call('ACL', ...rules.split(' '));

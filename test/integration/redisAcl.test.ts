@@ -5,7 +5,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest
 import { StoreError } from '../../src/core/errors.js';
 import { counterKey } from '../../src/store/keys.js';
 import type { RedisSettings } from '../../src/process/settings.js';
-import { createRedisStore } from '../../src/store/redisStore.js';
+import { createRedisDemand } from '../../src/rlqs/demand.js';
+import { createRedisStore, type RedisStore } from '../../src/store/redisStore.js';
 import type { Store } from '../../src/store/Store.js';
 import { makeCerts, type TestCerts } from '../support/certs.js';
 import { freePort } from '../support/ports.js';
@@ -15,10 +16,10 @@ import { startRedis, type TestRedis, README_ACL_COMMANDS } from '../support/redi
 // needs: README's ACL line, whose every command is shown to be needed.
 
 const DAY_MS = 86_400_000;
-const stores: Store[] = [];
+const stores: RedisStore[] = [];
 const errors: StoreError[] = [];
 
-function store(settings: Partial<RedisSettings>): Store {
+function store(settings: Partial<RedisSettings>): RedisStore {
   const created = createRedisStore(
     {
       type: 'single',
@@ -171,12 +172,20 @@ describe('a least-privilege ACL user', () => {
   });
 
   /** A store as `user`, on a Redis that has forgotten the script (so the first call is EVAL). */
-  async function storeAs(user: string, rules: string[]): Promise<Store> {
+  async function storeAs(user: string, rules: string[]): Promise<RedisStore> {
     await redis.client.call('ACL', 'SETUSER', user, 'reset', ...rules);
     await redis.client.call('SCRIPT', 'FLUSH');
     const s = store({ host: redis.host, port: redis.port, username: user, password: 'secret' });
     await s.ping().catch(() => undefined); // connected, whether or not the user may PING
     return s;
+  }
+
+  /** RLQS demand on a rule's counter: a consumer expired, then another recorded (lua/demand.lua). */
+  async function recordDemand(s: RedisStore, prefix: string) {
+    const demand = createRedisDemand(s.access, { maxConsumers: 10 });
+    const pool = `${counter(prefix).key}:rlqs`;
+    await demand.record(pool, 'gone', 1, 60_000, 1_000);
+    return demand.record(pool, 'live', 2, 60_000, 100_000);
   }
 
   it('decides, probes and resets with only the commands of the ACL line', async () => {
@@ -189,6 +198,11 @@ describe('a least-privilege ACL user', () => {
     expect(await s.exists([counter(prefix).key])).toBe(1);
     expect(await s.reset([counter(prefix).key])).toBe(1);
     expect(await s.exists([counter(prefix).key])).toBe(0);
+    expect(await recordDemand(s, prefix)).toEqual({
+      totalDemand: 2,
+      consumers: 1,
+      recorded: true,
+    });
     // ioredis's ready check would need INFO, and warn on each connection without it.
     expect(warn).not.toHaveBeenCalled();
   });
@@ -231,6 +245,7 @@ describe('a least-privilege ACL user', () => {
       () => s.ping(),
       () => s.reset([counter(prefix).key]),
       () => s.exists([counter(prefix).key]),
+      () => recordDemand(s, prefix),
     ];
     const failures: string[] = [];
     for (const attempt of attempts) {

@@ -13,3 +13,22 @@ export async function counterByLabel(
   for (const [, value, n] of text.matchAll(line)) counts[value as string] = Number(n);
   return counts;
 }
+
+/**
+ * One sample of a metrics exposition: the series `name` with exactly these labels (none by
+ * default); undefined when it is absent.
+ */
+export function metricValue(
+  text: string,
+  name: string,
+  labels: Record<string, string> = {},
+): number | undefined {
+  const wanted = Object.entries(labels)
+    .map(([key, value]) => `${key}="${value}"`)
+    .join(',');
+  const head = wanted === '' ? name : `${name}{${wanted}}`;
+  for (const line of text.split('\n')) {
+    if (line.startsWith(`${head} `)) return Number(line.slice(head.length + 1));
+  }
+  return undefined;
+}

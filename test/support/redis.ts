@@ -17,6 +17,8 @@ export const README_ACL_COMMANDS = [
   '+eval',
   '+hmget',
   '+hset',
+  '+hgetall',
+  '+hdel',
   '+pexpire',
   '+time',
   '+ping',

@@ -9,6 +9,7 @@ import { planCheck, type PlanPolicy } from '../../../src/decision/plan.js';
 import { ruleQuota } from '../../../src/decision/quota.js';
 import { loadRules } from '../../../src/rules/loadRules.js';
 import type { RuleSet } from '../../../src/rules/types.js';
+import { createAdmissionWatch } from '../../../src/rlqs/admissions.js';
 import { createMemoryDemand } from '../../../src/rlqs/demand.js';
 import {
   BucketLimitError,
@@ -112,12 +113,68 @@ describe('an RLQS stream', () => {
     const { session } = fleet({ current: load(RULES) });
     const a = session('a');
     const b = session('b');
-    await a.report('quota', [usage({ tenant: 't' }, 50)]);
-    const [first] = await b.report('quota', [usage({ tenant: 't' }, 50)]);
-    const [small] = await b.report('quota', [usage({ tenant: 't' }, 55)]);
+    // Mostly denied, so that the counter keeps its pace and only the shares move.
+    await a.report('quota', [usage({ tenant: 't' }, 5, 45)]);
+    const [first] = await b.report('quota', [usage({ tenant: 't' }, 5, 45)]);
+    const [small] = await b.report('quota', [usage({ tenant: 't' }, 5, 50)]);
     expect(small).toEqual(first);
-    const [large] = await b.report('quota', [usage({ tenant: 't' }, 150)]);
+    const [large] = await b.report('quota', [usage({ tenant: 't' }, 5, 145)]);
     expect(rateOf(large)).toBeGreaterThan(rateOf(first) * 1.1);
+  });
+
+  it('paces the streams by what the shared counter has left, and denies when it is spent', async () => {
+    const rules = load(RULES);
+    let now = NOW + 30_000;
+    const { session, store } = fleet({ current: rules }, { clock: () => now });
+    const a = session('a');
+    const [alone] = await a.report('quota', [usage({ tenant: 'acme' }, 1)]);
+    expect(rateOf(alone)).toBeCloseTo(10, 0);
+    // Classic checks take 400 of the minute's 600 in its first half: 199 left for 30 s.
+    const check = planCheck(
+      {
+        domain: 'quota',
+        descriptors: [{ entries: [{ key: 'tenant', value: 'acme' }] }],
+        hitsAddend: 400,
+      },
+      rules,
+      plan,
+    );
+    expect((await store.decide(check.counters, now)).allowed).toBe(true);
+    const [paced] = await a.report('quota', [usage({ tenant: 'acme' }, 0)]);
+    expect(rateOf(paced)).toBeCloseTo(199 / 30, 0);
+    const [spent] = await a.report('quota', [usage({ tenant: 'acme' }, 300)]);
+    expect(spent).toMatchObject({
+      kind: 'assign',
+      strategy: { kind: 'blanket', rule: 'DENY_ALL' },
+    });
+    now = NOW + 60_000;
+    const [next] = await a.report('quota', [usage({ tenant: 'acme' }, 0)]);
+    expect(rateOf(next)).toBeCloseTo(10, 0);
+  });
+
+  it('counts a bucket past the consumer bound in its share, though it is not recorded', async () => {
+    const { session } = fleet(
+      { current: load(RULES) },
+      { demand: createMemoryDemand({ maxConsumers: 1 }) },
+    );
+    await session('a').report('quota', [usage({ tenant: 'acme' }, 1, 9)]);
+    const [late] = await session('b').report('quota', [usage({ tenant: 'acme' }, 1, 9)]);
+    expect(rateOf(late)).toBeCloseTo(5, 0);
+  });
+
+  it('counts reported admissions past the limit in their window as over-admitted', async () => {
+    let over = 0;
+    const { session } = fleet(
+      { current: load(RULES) },
+      { admissions: createAdmissionWatch(100), onOverAdmitted: (n) => (over += n) },
+    );
+    const a = session('a');
+    await a.report('quota', [usage({ tenant: 'acme' }, 550)]);
+    expect(over).toBe(0);
+    await a.report('quota', [usage({ tenant: 'acme' }, 80)]);
+    expect(over).toBe(30);
+    await a.report('quota', [usage({ tenant: 'acme' }, 5)]);
+    expect(over).toBe(35);
   });
 
   it('tells a bucket that matches no rule, or no domain, RLQS_UNMATCHED_ACTION', async () => {

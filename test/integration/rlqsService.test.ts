@@ -1,0 +1,150 @@
+// `tollgate serve`'s own RLQS: the service as it starts from its settings, on the in-memory store
+// and on a real redis-server. RLQS reports and classic checks reach the same counters, the
+// stream's health follows the store's, and its metrics count what it did.
+import * as grpc from '@grpc/grpc-js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readSettings } from '../../src/process/settings.js';
+import { metricValue } from '../support/metrics.js';
+import { startRedis, type TestRedis } from '../support/redis.js';
+import { openRlqs, rlqsHealth, usageReport } from '../support/rlqsClient.js';
+import { codes, d, startTollgate, type Tollgate } from '../support/tollgate.js';
+
+const RULES = `
+domain: quota
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 600, algorithm: fixed_window}
+`;
+
+let redis: TestRedis;
+beforeAll(async () => {
+  redis = await startRedis();
+});
+afterAll(async () => {
+  await redis?.stop();
+});
+
+const tokenBucketOf = (response: Record<string, unknown>) =>
+  (
+    response as {
+      bucket_action: {
+        quota_assignment_action?: { rate_limit_strategy?: { token_bucket?: object } };
+      }[];
+    }
+  ).bucket_action[0]?.quota_assignment_action?.rate_limit_strategy?.token_bucket;
+
+describe.each([
+  ['in memory', () => undefined],
+  ['on Redis', () => redis.url],
+])('RLQS in tollgate serve, %s', (_name, url) => {
+  let tollgate: Tollgate;
+  beforeAll(async () => {
+    tollgate = await startTollgate({ rules: RULES, redisUrl: url() });
+  });
+  afterAll(async () => {
+    await tollgate?.stop();
+  });
+
+  it('charges reports to the counters classic checks use, and assigns what is left', async () => {
+    const rlqs = openRlqs(tollgate.address);
+    try {
+      rlqs.stream.write(usageReport({ tenant: 'shared' }, 590, 'quota'));
+      expect(tokenBucketOf(await rlqs.next())).toBeDefined();
+      const allowed = await tollgate.check({
+        domain: 'quota',
+        descriptors: [d('tenant', 'shared')],
+        hits_addend: 10,
+      });
+      expect(codes(allowed)).toEqual(['OK', 'OK']);
+      const over = await tollgate.check({ domain: 'quota', descriptors: [d('tenant', 'shared')] });
+      expect(codes(over)).toEqual(['OVER_LIMIT', 'OVER_LIMIT']);
+      rlqs.stream.write(usageReport({ tenant: 'shared' }, 0));
+      expect(await rlqs.next()).toMatchObject({
+        bucket_action: [
+          { quota_assignment_action: { rate_limit_strategy: { blanket_rule: 'DENY_ALL' } } },
+        ],
+      });
+    } finally {
+      rlqs.close();
+    }
+  });
+
+  it('is healthy under its own name, and counts streams, reports and assignments', async () => {
+    expect(await rlqsHealth(tollgate.address)).toBe('SERVING');
+    const rlqs = openRlqs(tollgate.address);
+    try {
+      rlqs.stream.write(usageReport({ tenant: 'metrics' }, 3, 'quota', 1));
+      await rlqs.next();
+      const text = await (await fetch(`${tollgate.httpUrl}/metrics`)).text();
+      expect(metricValue(text, 'tollgate_rlqs_streams')).toBe(1);
+      expect(metricValue(text, 'tollgate_rlqs_buckets')).toBe(1);
+      expect(metricValue(text, 'tollgate_rlqs_reports_total')).toBeGreaterThanOrEqual(1);
+      expect(
+        metricValue(text, 'tollgate_rlqs_requests_reported_total', { result: 'denied' }),
+      ).toBeGreaterThanOrEqual(1);
+      expect(
+        metricValue(text, 'tollgate_rlqs_assignments_total', { action: 'token_bucket' }),
+      ).toBeGreaterThanOrEqual(1);
+    } finally {
+      rlqs.close();
+    }
+  });
+});
+
+describe('RLQS settings in tollgate serve', () => {
+  it('is not offered with RLQS_ENABLED=false', async () => {
+    const tollgate = await startTollgate({ rules: RULES, env: { RLQS_ENABLED: 'false' } });
+    const rlqs = openRlqs(tollgate.address);
+    try {
+      rlqs.stream.write(usageReport({ tenant: 'a' }, 1, 'quota'));
+      expect((await rlqs.ended).code).toBe(grpc.status.UNIMPLEMENTED);
+      expect(await rlqsHealth(tollgate.address).catch((e: grpc.ServiceError) => e.code)).toBe(
+        grpc.status.NOT_FOUND,
+      );
+    } finally {
+      rlqs.close();
+      await tollgate.stop();
+    }
+  });
+
+  it('tells an unmatched bucket RLQS_UNMATCHED_ACTION, and names a bad value', async () => {
+    expect(() => readSettings({ RLQS_UNMATCHED_ACTION: 'maybe' })).toThrow(/RLQS_UNMATCHED_ACTION/);
+    const tollgate = await startTollgate({ rules: RULES, env: { RLQS_UNMATCHED_ACTION: 'deny' } });
+    const rlqs = openRlqs(tollgate.address);
+    try {
+      rlqs.stream.write(usageReport({ team: 'x' }, 1, 'quota'));
+      expect(await rlqs.next()).toMatchObject({
+        bucket_action: [
+          { quota_assignment_action: { rate_limit_strategy: { blanket_rule: 'DENY_ALL' } } },
+        ],
+      });
+    } finally {
+      rlqs.close();
+      await tollgate.stop();
+    }
+  });
+
+  it('follows the store: NOT_SERVING and UNAVAILABLE while Redis is down', async () => {
+    const own = await startRedis();
+    const tollgate = await startTollgate({
+      rules: RULES,
+      redisUrl: own.url,
+      healthIntervalMs: 100,
+    });
+    try {
+      expect(await rlqsHealth(tollgate.address)).toBe('SERVING');
+      await own.stop();
+      await expect
+        .poll(() => rlqsHealth(tollgate.address), { timeout: 10_000 })
+        .toBe('NOT_SERVING');
+      const rlqs = openRlqs(tollgate.address);
+      rlqs.stream.write(usageReport({ tenant: 'a' }, 1, 'quota'));
+      const status = await rlqs.ended;
+      rlqs.close();
+      expect(status.code).toBe(grpc.status.UNAVAILABLE);
+      expect(status.details).toMatch(/redis/);
+    } finally {
+      await tollgate.stop();
+    }
+  });
+});
