@@ -8,7 +8,8 @@
  *   (allowed plus denied); when no consumer has reported demand yet, the consumers split R evenly.
  * - A bucket under several rules (a tenant's and a route's) takes the smallest of its shares.
  * - Envoy's token bucket starts full, so a new strategy may hand the client a whole bucket: the
- *   strategy changes only when the rate moves by more than CHANGE_RATIO.
+ *   strategy changes only when the rate rises by more than CHANGE_RATIO, or falls by more than
+ *   DECREASE_RATIO (so that the shares never add up to much more than R).
  */
 
 /** What a rule lets through, as a rate. */
@@ -72,8 +73,8 @@ export function consumerBudget(shares: readonly PoolShare[]): {
 
 /**
  * The token bucket for a rate: the shortest whole-second fill interval whose fill is at least
- * MIN_TOKENS_PER_FILL (within the rule's window and a minute), the fill rounded to whole tokens
- * (at least one), and a capacity of the burst's share, or of one fill for a window rule.
+ * MIN_TOKENS_PER_FILL (within the rule's window and a minute), the fill rounded down to whole
+ * tokens (at least one), and a capacity of the burst's share, or of one fill for a window rule.
  */
 export function tokenBucketFor(budget: {
   ratePerSecond: number;
@@ -84,16 +85,25 @@ export function tokenBucketFor(budget: {
   const longest = Math.max(1, Math.min(MAX_FILL_SECONDS, Math.floor(budget.windowMs / 1000)));
   const wanted = rate > 0 ? Math.ceil(MIN_TOKENS_PER_FILL / rate) : longest;
   const fillIntervalSeconds = Math.min(longest, Math.max(1, wanted));
-  const tokensPerFill = Math.max(1, Math.round(rate * fillIntervalSeconds));
+  // Rounded down, so that the shares never add up to more than R.
+  const tokensPerFill = Math.max(1, Math.floor(rate * fillIntervalSeconds + 1e-9));
   const capacity = budget.burst === undefined ? tokensPerFill : Math.round(budget.burst);
   return { maxTokens: Math.max(tokensPerFill, capacity), tokensPerFill, fillIntervalSeconds };
 }
 
-/** Whether a new rate is far enough from the one last assigned to send a new strategy. */
+/** A share that falls by more than this part of the last one is sent at once. */
+export const DECREASE_RATIO = 0.02;
+
+/**
+ * Whether a new rate is far enough from the one last assigned to send a new strategy: up by more
+ * than CHANGE_RATIO, or down by more than DECREASE_RATIO. A share kept while it falls would let
+ * the streams' rates add up to more than R; one kept while it rises only under-admits.
+ */
 export function movedEnough(lastRate: number | undefined, rate: number): boolean {
   if (lastRate === undefined) return true;
   if (lastRate === 0) return rate > 0;
-  return Math.abs(rate - lastRate) > CHANGE_RATIO * lastRate;
+  if (rate < lastRate) return lastRate - rate > DECREASE_RATIO * lastRate;
+  return rate - lastRate > CHANGE_RATIO * lastRate;
 }
 
 /**

@@ -72,6 +72,40 @@ interface Held {
   lastRate: number | undefined;
   strategy: Strategy | undefined;
   intervalMs: number | undefined;
+  /** Requests (allowed plus denied) and time reported since the demand was last measured. */
+  pending: { requests: number; elapsedMs: number };
+  /** Requests a second, measured over at least DEMAND_SPAN_MS; undefined until then. */
+  demand: number | undefined;
+}
+
+/**
+ * Demand is measured over at least this long (or one reporting interval, if longer): Envoy also
+ * reports at once for a new bucket and after a changed assignment, and a report that covers a few
+ * milliseconds says little about a rate.
+ */
+const DEMAND_SPAN_MS = 1_000;
+/** Reports shorter than this are not reporting intervals (Envoy's is more than 100 ms). */
+const SHORTEST_INTERVAL_MS = 100;
+
+/** Adds a report to the bucket's demand, and learns the reporting interval from it. */
+function measureDemand(state: Held, usage: BucketUsage): number {
+  const elapsed = usage.elapsedMs ?? 0;
+  if (elapsed >= SHORTEST_INTERVAL_MS) {
+    // Up at once to a longer interval; down slowly, past the odd short report.
+    state.intervalMs =
+      state.intervalMs === undefined ? elapsed : Math.max(elapsed, state.intervalMs * 0.8);
+  }
+  state.pending.requests += usage.allowed + usage.denied;
+  state.pending.elapsedMs += elapsed;
+  const span = Math.max(DEMAND_SPAN_MS, state.intervalMs ?? 0);
+  if (state.pending.elapsedMs >= span) {
+    state.demand = state.pending.requests / (state.pending.elapsedMs / 1000);
+    state.pending = { requests: 0, elapsedMs: 0 };
+  } else if (state.demand === undefined) {
+    // A first estimate, until a whole span has been seen.
+    return state.pending.requests / (Math.max(DEMAND_SPAN_MS, state.pending.elapsedMs) / 1000);
+  }
+  return state.demand;
 }
 
 export interface Session {
@@ -84,42 +118,39 @@ export interface Session {
 const sameStrategy = (a: Strategy | undefined, b: Strategy): boolean =>
   a !== undefined && JSON.stringify(a) === JSON.stringify(b);
 
+/**
+ * A window rule's rate leaves room for one second of it: each stream's token bucket may start
+ * full once a window (a changed share, or a new window after a spent one), and Envoy admits that
+ * bucket on top of its refill. Windows under 10 s keep the whole rate.
+ */
+const RESERVED_MS = 1_000;
+const RESERVE_FROM_MS = 10_000;
+
 function poolOf(counter: CounterCheck): Pool {
+  const windowRate = counter.limit / (counter.windowMs / 1000);
+  const reserve =
+    counter.algorithm !== 'token_bucket' && counter.windowMs >= RESERVE_FROM_MS
+      ? RESERVED_MS / counter.windowMs
+      : 0;
   return {
-    ratePerSecond: counter.limit / (counter.windowMs / 1000),
+    ratePerSecond: windowRate * (1 - reserve),
     burst: counter.algorithm === 'token_bucket' ? counter.burst : undefined,
     windowMs: counter.windowMs,
   };
 }
 
-/**
- * A window rule's rate R, paced by what its counter has left: at most what remains over the
- * time left in the window (epoch-aligned, the counter's own reset for a fixed window), never less
- * than one reporting interval. Alone at R, RLQS clients leave the pace at R; when classic checks
- * (or fallbacks) take part of the window, the streams' shares shrink until it ends. A token-bucket
- * rule keeps R: its counter refills as it goes.
- */
-function pacedPool(
-  counter: CounterCheck,
-  result: CounterResult | undefined,
-  nowMs: number,
-  intervalMs: number | undefined,
-): Pool {
-  const pool = poolOf(counter);
-  if (counter.algorithm === 'token_bucket' || result === undefined) return pool;
-  const left =
-    counter.algorithm === 'fixed_window' && result.resetMs > 0
-      ? result.resetMs
-      : counter.windowMs - (nowMs % counter.windowMs);
-  const seconds = Math.max(left, intervalMs ?? 1000, 1000) / 1000;
-  const pace = Math.max(0, result.remaining) / seconds;
-  return pace < pool.ratePerSecond ? { ...pool, ratePerSecond: pace } : pool;
+/** A window rule's counter that has nothing left in its window. */
+function spent(counters: readonly CounterCheck[], results: readonly CounterResult[]): boolean {
+  return counters.some(
+    (counter, at) =>
+      !counter.shadow && counter.algorithm !== 'token_bucket' && results[at]?.remaining === 0,
+  );
 }
 
 /**
  * Charges a report's allowed requests to its counters, with overdraw: they were admitted already.
- * Charged even when none was (cost 0 consumes nothing): what each counter has left paces the
- * shares, so that classic checks on the same counter leave RLQS less. Resolves with the counters'
+ * Charged even when none was (cost 0 consumes nothing): a window that classic checks have spent
+ * is answered DENY_ALL. Resolves with the counters'
  * results, and tells of what passed a limit in its window.
  */
 async function charge(
@@ -167,10 +198,17 @@ export function createSession(options: SessionOptions): Session {
           `this stream holds ${options.maxBuckets} buckets, RLQS_MAX_BUCKETS_PER_STREAM`,
         );
       }
-      state = { matched: false, lastRate: undefined, strategy: undefined, intervalMs: undefined };
+      state = {
+        matched: false,
+        lastRate: undefined,
+        strategy: undefined,
+        intervalMs: undefined,
+        pending: { requests: 0, elapsedMs: 0 },
+        demand: undefined,
+      };
       held.set(name, state);
     }
-    if (usage.elapsedMs !== undefined && usage.elapsedMs > 0) state.intervalMs = usage.elapsedMs;
+    const demand = measureDemand(state, usage);
     const ttlMs = assignmentTtlMs(state.intervalMs, options.ttlFloorMs);
     const ruleSet = options.rules();
     const rules = ruleSet.domains.get(domain);
@@ -197,11 +235,9 @@ export function createSession(options: SessionOptions): Session {
       state.strategy = blanket('ALLOW_ALL');
       return { bucket: usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
     }
-    const seconds = Math.max(0.001, (state.intervalMs ?? 1000) / 1000);
-    const demand = (usage.allowed + usage.denied) / seconds;
     const consumer = `${options.streamId}|${name}`;
     const shares: PoolShare[] = await Promise.all(
-      counters.map(async (counter, at) => {
+      counters.map(async (counter) => {
         if (counter.shadow) return undefined;
         const pool = await options.demand.record(
           `${counter.key}:rlqs`,
@@ -210,20 +246,20 @@ export function createSession(options: SessionOptions): Session {
           ttlMs,
           nowMs,
         );
-        const paced = pacedPool(counter, results[at], nowMs ?? Date.now(), state.intervalMs);
         // Past the pool's consumer bound this one is not recorded, but its share still counts it.
         const totalDemand = pool.recorded ? pool.totalDemand : pool.totalDemand + demand;
         const consumers = pool.recorded ? pool.consumers : pool.consumers + 1;
-        return { pool: paced, demand, totalDemand, consumers };
+        return { pool: poolOf(counter), demand, totalDemand, consumers };
       }),
     ).then((all) => all.filter((share) => share !== undefined));
-    const budget = consumerBudget(shares);
-    if (budget.ratePerSecond <= 0) {
-      // The window has nothing left: denied until a report after it rolls over.
+    if (spent(counters, results)) {
+      // Classic checks (or fallbacks) took the rest of the window: denied until a report after it
+      // rolls over.
       state.lastRate = 0;
       state.strategy = blanket('DENY_ALL');
       return { bucket: usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
     }
+    const budget = consumerBudget(shares);
     if (
       !movedEnough(state.lastRate, budget.ratePerSecond) &&
       state.strategy?.kind === 'token_bucket'

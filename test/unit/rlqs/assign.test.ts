@@ -36,8 +36,9 @@ describe('fair RLQS assignments', () => {
       ),
     );
     const sum = strategies.reduce((acc, s) => acc + rateOf(s), 0);
-    expect(sum * 60).toBeGreaterThan(1000 * 0.97);
-    expect(sum * 60).toBeLessThan(1000 * 1.03);
+    // Each fill rounded down: never more than the rule, and within 5% under it.
+    expect(sum * 60).toBeGreaterThan(1000 * 0.95);
+    expect(sum * 60).toBeLessThanOrEqual(1000);
     for (const s of strategies) {
       expect(Number.isInteger(s.fillIntervalSeconds)).toBe(true);
       expect(s.maxTokens).toBe(s.tokensPerFill);
@@ -69,12 +70,12 @@ describe('fair RLQS assignments', () => {
     expect(second).toEqual({ maxTokens: 2, tokensPerFill: 2, fillIntervalSeconds: 1 });
   });
 
-  it('changes a strategy only when the rate moves by more than 10%', () => {
+  it('changes a strategy when the rate rises by more than 10%, or falls by more than 2%', () => {
     expect(movedEnough(undefined, 5)).toBe(true);
     expect(movedEnough(100, 109)).toBe(false);
-    expect(movedEnough(100, 91)).toBe(false);
     expect(movedEnough(100, 111)).toBe(true);
-    expect(movedEnough(100, 89)).toBe(true);
+    expect(movedEnough(100, 98.5)).toBe(false);
+    expect(movedEnough(100, 97)).toBe(true);
     expect(movedEnough(0, 0)).toBe(false);
   });
 
