@@ -30,6 +30,8 @@ export interface DemandStore {
     ttlMs: number,
     nowMs: number | undefined,
   ): Promise<PoolDemand>;
+  /** Drops `consumer` from `pool` (its stream closed), so the others' shares grow at once. */
+  forget(pool: string, consumer: string): Promise<void>;
 }
 
 export interface DemandOptions {
@@ -82,6 +84,9 @@ export function createMemoryDemand(
       held.expiresAt = last;
       return { totalDemand: total, consumers, recorded };
     },
+    async forget(pool, consumer) {
+      pools.get(pool)?.consumers.delete(consumer);
+    },
     pools: () => pools.size,
   };
 }
@@ -111,6 +116,9 @@ export function createRedisDemand(redis: RedisAccess, options: DemandOptions): D
         ),
       );
       return { totalDemand: Number(total), consumers: Number(live), recorded: recorded === '1' };
+    },
+    async forget(pool, consumer) {
+      await redis.call((connection) => connection.hdel(pool, consumer));
     },
   };
 }

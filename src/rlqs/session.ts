@@ -76,6 +76,8 @@ interface Held {
   pending: { requests: number; elapsedMs: number };
   /** Requests a second, measured over at least DEMAND_SPAN_MS; undefined until then. */
   demand: number | undefined;
+  /** The demand pools it was recorded in, to leave when the stream closes. */
+  pools: Set<string>;
 }
 
 /**
@@ -103,7 +105,8 @@ function measureDemand(state: Held, usage: BucketUsage): number {
     state.pending = { requests: 0, elapsedMs: 0 };
   } else if (state.demand === undefined) {
     // A first estimate, until a whole span has been seen.
-    return state.pending.requests / (Math.max(DEMAND_SPAN_MS, state.pending.elapsedMs) / 1000);
+    const seconds = Math.max(SHORTEST_INTERVAL_MS, state.pending.elapsedMs) / 1000;
+    return state.pending.requests / seconds;
   }
   return state.demand;
 }
@@ -113,6 +116,8 @@ export interface Session {
   report(domain: string, usages: readonly BucketUsage[]): Promise<BucketAction[]>;
   /** Buckets the stream holds now. */
   buckets(): number;
+  /** The stream closed: its buckets' demand leaves their pools. Never rejects. */
+  close(): Promise<void>;
 }
 
 const sameStrategy = (a: Strategy | undefined, b: Strategy): boolean =>
@@ -205,6 +210,7 @@ export function createSession(options: SessionOptions): Session {
         intervalMs: undefined,
         pending: { requests: 0, elapsedMs: 0 },
         demand: undefined,
+        pools: new Set(),
       };
       held.set(name, state);
     }
@@ -239,6 +245,7 @@ export function createSession(options: SessionOptions): Session {
     const shares: PoolShare[] = await Promise.all(
       counters.map(async (counter) => {
         if (counter.shadow) return undefined;
+        state.pools.add(`${counter.key}:rlqs`);
         const pool = await options.demand.record(
           `${counter.key}:rlqs`,
           consumer,
@@ -277,5 +284,15 @@ export function createSession(options: SessionOptions): Session {
       return Promise.all(usages.map((usage) => one(domain, usage)));
     },
     buckets: () => held.size,
+    async close() {
+      const leaving = [...held].flatMap(([name, state]) =>
+        [...state.pools].map((pool) => [pool, `${options.streamId}|${name}`] as const),
+      );
+      held.clear();
+      // Best effort: a consumer that is not forgotten expires with its TTL.
+      await Promise.all(
+        leaving.map(([pool, consumer]) => options.demand.forget(pool, consumer).catch(() => {})),
+      );
+    },
   };
 }

@@ -221,6 +221,7 @@ function serveStream(
     closed = true;
     ended = true;
     clearInterval(stale);
+    void session.close();
     release();
   };
   for (const name of ['close', 'finish', 'cancelled']) call.on(name, closeOnce);

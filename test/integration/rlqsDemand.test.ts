@@ -98,6 +98,19 @@ describe.each([
     });
   });
 
+  it('drops a consumer whose stream closed, at once', async () => {
+    const store = await make();
+    const p = pool();
+    await store.record(p, 'a', 10, 60_000, T0);
+    await store.record(p, 'b', 30, 60_000, T0);
+    await store.forget(p, 'a');
+    expect(await store.record(p, 'b', 30, 60_000, T0 + 1)).toEqual({
+      totalDemand: 30,
+      consumers: 1,
+      recorded: true,
+    });
+  });
+
   it('keeps pools apart', async () => {
     const store = await make();
     const [p, q] = [pool(), pool()];

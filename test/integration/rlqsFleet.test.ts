@@ -1,88 +1,31 @@
 // The fleet simulator (test/rlqs/sim) against `tollgate serve`'s RLQS, in real time: simulated
 // Envoys enforce their assignments with local token buckets at their own request rates, and the
-// admitted requests per epoch-aligned window are held to the rule's limit. Windows are 2 s here so
-// that the scenarios stay short; bench/ runs the long ones.
+// admitted requests per epoch-aligned window are held to the rule's limit. Windows are 10 s here,
+// over 3 windows after 2 of warm-up, so that the scenarios stay short.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  buildRlqsSim,
-  runSimulation,
-  type SimClient,
-  type SimResult,
-  type SimScenario,
-} from '../support/rlqsSim.js';
-import { startTollgate, type ManualClock, type Tollgate } from '../support/tollgate.js';
-
-const W = 10_000;
-/** L per W: R = 200 a second. */
-const L = 2_000;
-const INTERVAL = 500;
-const WARM = 2;
-const MEASURED = 3;
-const RULES = `
-domain: fleet
-descriptors:
-  - key: tenant
-    rate_limit: {requests_per_unit: ${L}, window: 10s, algorithm: fixed_window}
-`;
-/** The service's clock is the real one: the simulated Envoys run in real time. */
-const realClock: ManualClock = {
-  get now() {
-    return Date.now();
-  },
-  advance() {
-    throw new Error('the fleet runs in real time');
-  },
-};
+  FLEET_RULES,
+  L,
+  MEASURED,
+  fleetScenario,
+  jain,
+  measuredWindows,
+  realClock,
+} from '../support/rlqsFleet.js';
+import { buildRlqsSim, runSimulation, type SimClient, type SimResult } from '../support/rlqsSim.js';
+import { startTollgate, type Tollgate } from '../support/tollgate.js';
 
 let tollgate: Tollgate;
 beforeAll(async () => {
   buildRlqsSim();
-  tollgate = await startTollgate({ rules: RULES, clock: realClock });
+  tollgate = await startTollgate({ rules: FLEET_RULES, clock: realClock });
 }, 300_000);
 afterAll(async () => {
   await tollgate?.stop();
 });
 
-function scenario(tenant: string, clients: SimClient[], extra: Partial<SimScenario> = {}) {
-  return {
-    addr: tollgate.address,
-    domain: 'fleet',
-    // Starts a little into a window, so that the first full window is warm-up.
-    durationMs: (WARM + MEASURED + 1) * W,
-    windowMs: W,
-    reportingIntervalMs: INTERVAL,
-    // The sample config's fallbacks (envoy/envoy-rlqs.yaml), scaled to these rates.
-    noAssignment: { tokenBucket: { maxTokens: 5, tokensPerFill: 5, fillIntervalMs: 1000 } },
-    expiredAssignment: { reuseLast: true as const, timeoutMs: 300_000 },
-    listUnchanged: true,
-    assignmentLimit: 5_000,
-    seed: 7,
-    ...extra,
-    clients: clients.map((client) => ({ ...client, buckets: [{ tenant }] })),
-  } satisfies SimScenario;
-}
-
-/** The windows after warm-up that the run covered whole. */
-function measured(result: SimResult) {
-  return result.windows.filter((w) => !w.partial).slice(WARM, WARM + MEASURED);
-}
-
-/** Jain's fairness index of admitted over demand (admitted plus denied), per client. */
-function jain(result: SimResult): number {
-  const admitted: Record<string, number> = {};
-  const demand: Record<string, number> = {};
-  for (const window of measured(result)) {
-    for (const [client, n] of Object.entries(window.admitted ?? {})) {
-      admitted[client] = (admitted[client] ?? 0) + n;
-      demand[client] = (demand[client] ?? 0) + n + (window.denied?.[client] ?? 0);
-    }
-  }
-  const x = Object.keys(demand).map((client) => admitted[client]! / demand[client]!);
-  const sum = x.reduce((a, b) => a + b, 0);
-  return (sum * sum) / (x.length * x.reduce((a, b) => a + b * b, 0));
-}
-
-const admittedPerWindow = (result: SimResult) => measured(result).map((w) => w.total.admitted);
+const admittedPerWindow = (result: SimResult) =>
+  measuredWindows(result).map((w) => w.total.admitted);
 
 const equal = (n: number): SimClient[] => [
   { name: 'envoy', count: n, rps: 600 / n, jitter: 0.2, buckets: [] },
@@ -107,7 +50,9 @@ describe('an RLQS fleet on one bucket', () => {
   beforeAll(async () => {
     // At once, on tenants of their own: each has its own counter and demand.
     const runs = await Promise.all(
-      cases.map(([, tenant, clients]) => runSimulation(scenario(tenant, [...clients]))),
+      cases.map(([, tenant, clients]) =>
+        runSimulation(fleetScenario(tollgate.address, tenant, [...clients])),
+      ),
     );
     cases.forEach(([, tenant], at) => results.set(tenant, runs[at]!));
   }, 180_000);

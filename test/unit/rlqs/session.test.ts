@@ -150,6 +150,17 @@ describe('an RLQS stream', () => {
     expect(rateOf(next)).toBeCloseTo(10 * (59 / 60), 0);
   });
 
+  it("gives a closed stream's share to the others at their next report", async () => {
+    const { session } = fleet({ current: load(RULES) });
+    const [a, b] = [session('a'), session('b')];
+    await a.report('quota', [usage({ tenant: 'acme' }, 1, 9)]);
+    const [half] = await b.report('quota', [usage({ tenant: 'acme' }, 1, 9)]);
+    expect(rateOf(half)).toBeCloseTo(5, 0);
+    await a.close();
+    const [whole] = await b.report('quota', [usage({ tenant: 'acme' }, 1, 9)]);
+    expect(rateOf(whole)).toBeCloseTo(10, 0);
+  });
+
   it('counts a bucket past the consumer bound in its share, though it is not recorded', async () => {
     const { session } = fleet(
       { current: load(RULES) },
