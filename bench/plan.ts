@@ -1,3 +1,4 @@
+import type { RlqsPlan } from './rlqs.js';
 import type { Variant } from './variants.js';
 import type { VersusPlan } from './versus.js';
 
@@ -37,6 +38,8 @@ export interface Plan {
   versus: VersusPlan;
   /** Concurrent requests to one limited key while ghz loads the service. */
   admission: { requests: number; concurrency: number; channels: number; loadSeconds: number };
+  /** RLQS streams against classic checks, CPU per 1,000 requests (bench/rlqs.ts). */
+  rlqs: RlqsPlan;
 }
 
 /** A tier breaks when any of these holds; the next tier is the last one run. */
@@ -124,6 +127,18 @@ export function makePlan(mode: Mode): Plan {
       rounds: quick ? 1 : 3,
     },
     admission: { requests: 4_000, concurrency: 200, channels: 4, loadSeconds: quick ? 2 : 5 },
+    rlqs: {
+      seconds: quick ? 3 : 20,
+      warmupSeconds: quick ? 1 : 3,
+      rounds: quick ? 1 : 2,
+      clients: quick ? 10 : 50,
+      tenants: 5,
+      clientRps: quick ? 100 : 200,
+      reportingIntervalMs: 1_000,
+      limitPerMinute: 100_000,
+      classicRps: quick ? 1_000 : 3_000,
+      idleSeconds: quick ? 1 : 5,
+    },
     versus: {
       closedSeconds: quick ? 1 : 10,
       warmupSeconds: quick ? 0.5 : 2,

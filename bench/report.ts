@@ -2,6 +2,7 @@ import type { AdmissionResult } from './admission.js';
 import { GOODPUT_MS } from './ghz.js';
 import type { RunResult } from './measure.js';
 import type { BenchResults } from './results.js';
+import { RLQS_DOMAIN, type RlqsResults } from './rlqs.js';
 import { HEADLINE } from './scenarios.js';
 import { mean, median } from './stats.js';
 
@@ -78,6 +79,8 @@ export function markdownReport(results: BenchResults, chartFile: string): string
     ...targetsTable(results.targets),
     '',
     ...versusSection(results),
+    '',
+    ...rlqsSection(results.rlqs),
     '',
     `## Throughput`,
     '',
@@ -498,4 +501,129 @@ function targetsTable(targets: BenchResults['targets']): string[] {
       ]),
     ),
   ];
+}
+
+const cpuPer1000 = (value: number | null) =>
+  value === null || !Number.isFinite(value) ? 'n/a' : `${value.toFixed(1)} ms`;
+
+/**
+ * RLQS against classic checks (bench/rlqs.ts): tollgate's CPU per 1,000 client requests under
+ * RLQS, beside its CPU per 1,000 ShouldRateLimit checks, in the same rounds.
+ */
+export function rlqsSection(rlqs: RlqsResults): string[] {
+  const { plan } = rlqs;
+  const lines = [
+    '## RLQS against classic checks',
+    '',
+    `One tollgate (fixed windows, \`REDIS_TIMEOUT=${rlqs.service.settings.REDIS_TIMEOUT ?? '?'}\`) on the bench's Redis, rules of domain \`${RLQS_DOMAIN}\` ` +
+      `with a tenant rule of ${plan.limitPerMinute.toLocaleString('en-US')} requests a minute per tenant. ` +
+      `RLQS: ${plan.clients} simulated Envoys (test/rlqs/sim), one \`StreamRateLimitQuotas\` stream each, ` +
+      `each with one bucket \`{tenant: tN}\` of ${plan.tenants} tenants, deciding ${plan.clientRps} requests a second ` +
+      `from tollgate's assignments and reporting every ${plan.reportingIntervalMs} ms; client requests are the ` +
+      "admitted and denied totals the simulator reports. Classic: ghz's `ShouldRateLimit` checks at " +
+      `${plan.classicRps.toLocaleString('en-US')} req/s (50 concurrent calls on 4 connections), one descriptor ` +
+      `\`{tenant: cN}\` on ${plan.tenants} tenants of their own. ${plan.rounds} round(s) of ${plan.seconds} s per side, ` +
+      `alternating, after a ${plan.warmupSeconds} s warm-up of each. CPU is utime + stime from /proc over each run; ` +
+      'the medians of the rounds.',
+    '',
+    ...header([
+      'side',
+      'client requests/s',
+      'tollgate CPU per 1,000 requests',
+      'Redis CPU per 1,000 requests',
+      'rounds (tollgate CPU per 1,000)',
+    ]),
+  ];
+  for (const summary of [rlqs.rlqs, rlqs.classic]) {
+    const runs = rlqs.runs.filter((run) => run.side === summary.side);
+    lines.push(
+      row([
+        summary.side === 'rlqs' ? 'RLQS streams' : 'classic ShouldRateLimit',
+        rps(summary.requestsPerSecond),
+        cpuPer1000(summary.serviceMsPer1000),
+        cpuPer1000(summary.redisMsPer1000),
+        runs.map((run) => cpuPer1000(run.serviceMsPer1000)).join(', '),
+      ]),
+    );
+  }
+  lines.push(
+    '',
+    `RLQS over classic, tollgate's CPU per 1,000 requests: ${rlqs.ratio === null ? 'n/a' : `${rlqs.ratio.toFixed(3)}×`}. ` +
+      `With no load, the same tollgate spent ${rlqs.idleMsPerSecond.toFixed(1)} ms of CPU a second ` +
+      `(over ${plan.idleSeconds} s), which both sides include.`,
+    '',
+    ...header([
+      'run',
+      'seconds',
+      'requests',
+      'admitted',
+      'denied',
+      'errors',
+      'tollgate CPU s',
+      'Redis CPU s',
+      'error codes',
+      'reports (immediate, periodic, on assignment)',
+      'assignments (changed)',
+      'report p99 ms',
+    ]),
+  );
+  for (const run of rlqs.runs) {
+    lines.push(
+      row([
+        `${run.side} ${run.round}`,
+        run.seconds.toFixed(1),
+        run.requests.toLocaleString('en-US'),
+        run.admitted.toLocaleString('en-US'),
+        run.denied.toLocaleString('en-US'),
+        run.errors,
+        run.serviceCpuSeconds.toFixed(2),
+        run.redisCpuSeconds?.toFixed(2) ?? 'n/a',
+        Object.entries(run.codes)
+          .filter(([code]) => code !== 'OK')
+          .map(([code, count]) => `${code} ${count}`)
+          .join(', '),
+        run.reports === undefined
+          ? ''
+          : `${run.reports.toLocaleString('en-US')} (${run.reportsBy?.immediate ?? '?'}, ${run.reportsBy?.periodic ?? '?'}, ${run.reportsBy?.onAssignment ?? '?'})`,
+        run.assignments === undefined
+          ? ''
+          : `${run.assignments.toLocaleString('en-US')} (${run.assignmentsChanged ?? '?'})`,
+        run.reportLatencyP99Ms === undefined ? '' : ms(run.reportLatencyP99Ms),
+      ]),
+    );
+  }
+  const messages = rlqs.runs.flatMap((run) =>
+    (run.errorMessages ?? []).map((message) => `- ${run.side} ${run.round}: ${message}`),
+  );
+  if (messages.length > 0)
+    lines.push('', 'Stream errors (the first of each run):', '', ...messages);
+  return lines;
+}
+
+/** The report of `--rlqs`: only the RLQS row. */
+export function rlqsReport(
+  results: Pick<
+    BenchResults,
+    'name' | 'mode' | 'command' | 'startedAt' | 'durationSeconds' | 'machine' | 'rlqs'
+  >,
+): string {
+  const { machine } = results;
+  return [
+    `# tollgate under RLQS against classic checks: ${results.name}`,
+    '',
+    `\`${results.command}\`, started ${results.startedAt}, took ${duration(results.durationSeconds)}. ` +
+      `Machine: ${machine.cpuModel}, ${machine.cores} cores; Node ${machine.node}` +
+      `${servicesNode([results.rlqs.service], machine.node)}, Redis ${machine.redis}, ghz ${machine.ghz}; ` +
+      `load average ${machine.loadAverage.start.toFixed(2)} at the start, ${machine.loadAverage.end?.toFixed(2) ?? '?'} at the end. ` +
+      'The simulator, ghz, tollgate and Redis share these cores.',
+    ...(results.mode === 'quick'
+      ? [
+          '',
+          '**Quick mode: short runs that prove the row works. The numbers are indicative only.**',
+        ]
+      : []),
+    '',
+    ...rlqsSection(results.rlqs),
+    '',
+  ].join('\n');
 }

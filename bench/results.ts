@@ -1,6 +1,7 @@
 import type { AdmissionResult } from './admission.js';
 import type { Machine } from './machine.js';
 import type { MemoryRun } from './memory.js';
+import { rlqsProblems, type RlqsResults } from './rlqs.js';
 import type { VariantResult } from './variants.js';
 import type { VersusEntry, VersusResults } from './versus.js';
 import type { RunResult } from './measure.js';
@@ -25,6 +26,7 @@ export interface BenchResults {
   variants: { runs: RunResult[]; variants: VariantResult[] };
   memory: MemoryRun[];
   versus: VersusResults;
+  rlqs: RlqsResults;
   targets: Target[];
 }
 
@@ -153,6 +155,7 @@ export function missingFields(results: BenchResults): string[] {
     }
   }
   if (results.versus.admission.length === 0) problems.push('versus.admission: not run');
+  problems.push(...rlqsProblems(results.rlqs));
   if (results.admission.length === 0) problems.push('admission: not run');
   for (const check of results.admission)
     number(`admission.${check.service}.allowed`, check.allowed);

@@ -10,7 +10,7 @@ import { createGhz } from './ghz.js';
 import { describeMachine, finishMachine } from './machine.js';
 import { measure, type Measured } from './measure.js';
 import { BREAK, makePlan } from './plan.js';
-import { markdownReport, versusReport } from './report.js';
+import { markdownReport, rlqsReport, versusReport } from './report.js';
 import { runMemory } from './memory.js';
 import { readProfile, summarizeProfile } from './profile.js';
 import { HEADLINE, SCENARIOS } from './scenarios.js';
@@ -25,6 +25,7 @@ import {
 } from './services.js';
 import { VERSUS_READY, VERSUS_RULES_YAML, VERSUS_SCENARIOS } from './versusScenarios.js';
 import { assertPerf, runPerf, type PerfEntry } from './perf.js';
+import { rlqsProblems, runRlqs } from './rlqs.js';
 import { runScriptCost } from './scriptCost.js';
 import { runVariants } from './variants.js';
 import { runVersus, type AgainstBuild } from './versus.js';
@@ -41,6 +42,9 @@ import { BENCH_NODE, type NodeRuntime } from './services.js';
  *   npm run bench -- --versus [--quick] [--out NAME] [--env NAME=VALUE] [--against GIT_REF] [--node VERSION]
  * Writes bench/results/NAME.{md,json}: only the comparison with envoyproxy/ratelimit (versus.ts);
  * `--against` adds another revision of tollgate as one more service (against.ts).
+ *   npm run bench -- --rlqs [--quick] [--out NAME] [--env NAME=VALUE] [--node VERSION]
+ * Writes bench/results/NAME.{md,json} (rlqs-MODE by default): only tollgate's CPU per 1,000
+ * requests under RLQS against classic checks (rlqs.ts).
  *   npm run bench -- --profile [--scenario NAME] [--rps N] [--env NAME=VALUE]
  * Writes bench/results/profile-SCENARIO[-N]rps.{md,json}: where tollgate's CPU goes (see profileRun).
  *   npm run bench -- --perf [--scenario NAME] [--rps N]
@@ -59,6 +63,7 @@ const { values } = parseArgs({
     workers: { type: 'string', default: '1' },
     profile: { type: 'boolean', default: false },
     versus: { type: 'boolean', default: false },
+    rlqs: { type: 'boolean', default: false },
     'script-cost': { type: 'boolean', default: false },
     perf: { type: 'boolean', default: false },
     env: { type: 'string', multiple: true, default: [] },
@@ -94,7 +99,10 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   });
 }
 
-/** `--env NAME=VALUE` (repeatable): settings for the tollgates of `--versus`, to try a lever. */
+/**
+ * `--env NAME=VALUE` (repeatable): settings for the tollgates of `--versus` and `--rlqs`, to try
+ * a lever.
+ */
 function tollgateEnv(): Record<string, string> {
   const env: Record<string, string> = {};
   for (const pair of values.env ?? []) {
@@ -141,6 +149,7 @@ async function main(): Promise<number> {
       node,
       admission: plan.admission,
     });
+    const rlqs = await runRlqs(ghz, redis, repoRoot, plan.rlqs, { node });
     const bare = await startBare(benchDir, 'grpc-js', node);
     const withRedis = await startTollgate({
       repoRoot,
@@ -206,6 +215,7 @@ async function main(): Promise<number> {
       variants,
       memory,
       versus,
+      rlqs,
     };
     const results: BenchResults = { ...partial, targets: judgeTargets(partial) };
     const chartTitle = `tollgate p99 latency, ${results.mode} run, ${machine.cores} cores`;
@@ -357,6 +367,42 @@ async function versusRun(): Promise<number> {
 }
 
 /**
+ * `--rlqs [--quick] [--out NAME] [--env NAME=VALUE ...]`: only the RLQS row, tollgate's CPU per
+ * 1,000 requests under RLQS streams against classic checks, into bench/results/NAME.{md,json}
+ * (default rlqs-MODE).
+ */
+async function rlqsRun(): Promise<number> {
+  const started = Date.now();
+  const ghz = createGhz(ghzBinary!, repoRoot);
+  const machine = describeMachine(process.env.BENCH_GHZ_VERSION ?? 'unknown');
+  let redis: RedisServer | undefined;
+  try {
+    redis = await startRedis();
+    const rlqs = await runRlqs(ghz, redis, repoRoot, plan.rlqs, { extraEnv: tollgateEnv(), node });
+    const results = {
+      name: values.out ?? `rlqs-${plan.mode}`,
+      mode: plan.mode,
+      command: process.env.BENCH_COMMAND ?? 'npm run bench -- --rlqs',
+      startedAt: new Date(started).toISOString(),
+      durationSeconds: (Date.now() - started) / 1000,
+      machine: finishMachine(machine),
+      plan: { mode: plan.mode, rlqs: plan.rlqs },
+      rlqs,
+    };
+    writeResults(results.name, {
+      json: `${JSON.stringify(results, null, 2)}\n`,
+      md: rlqsReport(results),
+    });
+    const problems = rlqsProblems(rlqs);
+    for (const problem of problems) log(`missing or invalid: ${problem}`);
+    return problems.length > 0 ? 1 : 0;
+  } finally {
+    redis?.client.disconnect();
+    await stopAll();
+  }
+}
+
+/**
  * `--script-cost [--quick]`: what one call of the decision script costs Redis, against scripts
  * that decide nothing (see bench/scriptCost.ts), into bench/results/script-cost.{md,json}. No
  * ghz and no service: the numbers are Redis's own, on an idle Redis.
@@ -494,8 +540,10 @@ process.exitCode = values.profile
   ? await profileRun()
   : values.versus
     ? await versusRun()
-    : values['script-cost']
-      ? await scriptCostRun()
-      : values.perf
-        ? await perfRun()
-        : await main();
+    : values.rlqs
+      ? await rlqsRun()
+      : values['script-cost']
+        ? await scriptCostRun()
+        : values.perf
+          ? await perfRun()
+          : await main();

@@ -22,6 +22,7 @@ export type ServiceName =
   | 'reference'
   | 'tollgate-fixed'
   | 'tollgate-sliding'
+  | 'tollgate-rlqs'
   | `tollgate@${string}`;
 
 /** The Node that runs a service: the bench's own, or another line's (`--node`, runtime.ts). */

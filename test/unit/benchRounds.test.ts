@@ -3,7 +3,8 @@ import { againstDir, againstName, parseAgainstRef } from '../../bench/against.js
 import { answeredInTime, GOODPUT_MS } from '../../bench/ghz.js';
 import type { RunResult } from '../../bench/measure.js';
 import { makePlan } from '../../bench/plan.js';
-import { versusReport } from '../../bench/report.js';
+import { rlqsSection, versusReport } from '../../bench/report.js';
+import { rlqsProblems, type RlqsResults, type RlqsRun } from '../../bench/rlqs.js';
 import { versusTargets } from '../../bench/results.js';
 import type { VersusEntry, VersusResults } from '../../bench/versus.js';
 import { nodeBinary, nodeInstallDir, parseNodeVersion } from '../../bench/runtime.js';
@@ -219,3 +220,65 @@ function run(over: {
     outcomes: null,
   };
 }
+
+describe('the RLQS row', () => {
+  const plan = makePlan('quick').rlqs;
+  const run = (side: RlqsRun['side'], extra: Partial<RlqsRun> = {}): RlqsRun => ({
+    side,
+    round: 1,
+    seconds: 3,
+    requests: 3_000,
+    admitted: 3_000,
+    denied: 0,
+    errors: 0,
+    codes: side === 'classic' ? { OK: 3_000 } : {},
+    serviceCpuSeconds: side === 'rlqs' ? 0.06 : 1.5,
+    redisCpuSeconds: 0.1,
+    serviceMsPer1000: side === 'rlqs' ? 20 : 500,
+    redisMsPer1000: 33.3,
+    ...(side === 'rlqs'
+      ? {
+          reports: 70,
+          reportsBy: { immediate: 10, periodic: 20, onAssignment: 40 },
+          assignments: 70,
+          assignmentsChanged: 40,
+          reportLatencyP99Ms: 7,
+        }
+      : {}),
+    ...extra,
+  });
+  const results = (runs: RlqsRun[]): RlqsResults => ({
+    plan,
+    service: { name: 'tollgate-rlqs', title: 't', settings: { REDIS_TIMEOUT: '100ms' } },
+    runs,
+    rlqs: { side: 'rlqs', serviceMsPer1000: 20, redisMsPer1000: 33.3, requestsPerSecond: 1_000 },
+    classic: {
+      side: 'classic',
+      serviceMsPer1000: 500,
+      redisMsPer1000: 33.3,
+      requestsPerSecond: 1_000,
+    },
+    ratio: 0.04,
+    idleMsPerSecond: 10,
+  });
+
+  it('reports CPU per 1,000 requests of each side and their ratio', () => {
+    const text = rlqsSection(results([run('classic'), run('rlqs')])).join('\n');
+    expect(text).toContain('| RLQS streams | 1,000 | 20.0 ms | 33.3 ms | 20.0 ms |');
+    expect(text).toContain('| classic ShouldRateLimit | 1,000 | 500.0 ms | 33.3 ms | 500.0 ms |');
+    expect(text).toContain('0.040×');
+    expect(text).toContain('`REDIS_TIMEOUT=100ms`');
+    expect(text).toContain('70 (10, 20, 40)');
+  });
+
+  it('passes a run with a few failed calls, and fails one past 1% or with a side missing', () => {
+    expect(rlqsProblems(results([run('classic', { errors: 20 }), run('rlqs')]))).toEqual([]);
+    expect(rlqsProblems(results([run('classic', { errors: 31 }), run('rlqs')]))).toEqual([
+      'rlqs.classic[1]: 31 errors of 3000 calls',
+    ]);
+    expect(rlqsProblems(results([run('classic')]))).toEqual(['rlqs.rlqs: not run']);
+    expect(rlqsProblems(results([run('classic'), run('rlqs', { reports: 0 })]))).toContain(
+      'rlqs.rlqs[1]: no reports sent',
+    );
+  });
+});
