@@ -144,12 +144,23 @@ function poolOf(counter: CounterCheck): Pool {
   };
 }
 
-/** A window rule's counter that has nothing left in its window. */
-function spent(counters: readonly CounterCheck[], results: readonly CounterResult[]): boolean {
-  return counters.some(
-    (counter, at) =>
-      !counter.shadow && counter.algorithm !== 'token_bucket' && results[at]?.remaining === 0,
-  );
+/**
+ * A window rule's counter that has no more left in its window than its RLQS clients would take
+ * before this stream's next report: denied now, that rest goes to classic checks, if any.
+ */
+function spent(
+  counters: readonly CounterCheck[],
+  results: readonly CounterResult[],
+  intervalMs: number | undefined,
+): boolean {
+  const seconds = (intervalMs ?? 1_000) / 1_000;
+  return counters.some((counter, at) => {
+    const result = results[at];
+    if (counter.shadow || counter.algorithm === 'token_bucket' || result === undefined) {
+      return false;
+    }
+    return result.remaining <= Math.floor(poolOf(counter).ratePerSecond * seconds);
+  });
 }
 
 /**
@@ -259,9 +270,8 @@ export function createSession(options: SessionOptions): Session {
         return { pool: poolOf(counter), demand, totalDemand, consumers };
       }),
     ).then((all) => all.filter((share) => share !== undefined));
-    if (spent(counters, results)) {
-      // Classic checks (or fallbacks) took the rest of the window: denied until a report after it
-      // rolls over.
+    if (spent(counters, results, state.intervalMs)) {
+      // Classic checks (or fallbacks) took the window: denied until a report after it rolls over.
       state.lastRate = 0;
       state.strategy = blanket('DENY_ALL');
       return { bucket: usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
