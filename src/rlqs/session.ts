@@ -81,11 +81,18 @@ interface Held {
 }
 
 /**
- * Demand is measured over at least this long (or one reporting interval, if longer): Envoy also
- * reports at once for a new bucket and after a changed assignment, and a report that covers a few
- * milliseconds says little about a rate.
+ * Demand is measured over at least this long (or one reporting interval, if longer), and over at
+ * least DEMAND_REQUESTS requests, then smoothed: Envoy also reports at once for a new bucket and
+ * after a changed assignment, a report that covers a few milliseconds says little about a rate, and
+ * a bucket of a few requests a second is noisy. A share that swings sends new strategies, each a
+ * full token bucket.
  */
 const DEMAND_SPAN_MS = 1_000;
+/** A span holds at least this many requests, unless it reaches LONGEST_SPAN_MS. */
+const DEMAND_REQUESTS = 20;
+const LONGEST_SPAN_MS = 10_000;
+/** Each span moves the demand this part of the way to what it measured. */
+const DEMAND_SMOOTHING = 0.5;
 /** Reports shorter than this are not reporting intervals (Envoy's is more than 100 ms). */
 const SHORTEST_INTERVAL_MS = 100;
 
@@ -100,8 +107,14 @@ function measureDemand(state: Held, usage: BucketUsage): number {
   state.pending.requests += usage.allowed + usage.denied;
   state.pending.elapsedMs += elapsed;
   const span = Math.max(DEMAND_SPAN_MS, state.intervalMs ?? 0);
-  if (state.pending.elapsedMs >= span) {
-    state.demand = state.pending.requests / (state.pending.elapsedMs / 1000);
+  const { requests, elapsedMs } = state.pending;
+  // A slow bucket is measured over more requests, up to the longest span.
+  if (elapsedMs >= span && (requests >= DEMAND_REQUESTS || elapsedMs >= LONGEST_SPAN_MS)) {
+    const measured = requests / (elapsedMs / 1000);
+    state.demand =
+      state.demand === undefined
+        ? measured
+        : state.demand + DEMAND_SMOOTHING * (measured - state.demand);
     state.pending = { requests: 0, elapsedMs: 0 };
   } else if (state.demand === undefined) {
     // A first estimate, until a whole span has been seen.
