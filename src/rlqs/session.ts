@@ -158,21 +158,27 @@ function poolOf(counter: CounterCheck): Pool {
 }
 
 /**
- * A window rule's counter that has no more left in its window than its RLQS clients would take
- * before this stream's next report: denied now, that rest goes to classic checks, if any.
+ * A window rule's counter that has less left in its window than half of what its RLQS clients
+ * would take, at the rule's rate, before this stream's next report (or the window's end, if
+ * sooner): classic checks (or fallbacks) have taken more than their part. Denied now, the rest
+ * goes to classic checks. Clients alone on a rule keep to its pace, and are never denied so.
  */
 function spent(
   counters: readonly CounterCheck[],
   results: readonly CounterResult[],
   intervalMs: number | undefined,
 ): boolean {
-  const seconds = (intervalMs ?? 1_000) / 1_000;
   return counters.some((counter, at) => {
     const result = results[at];
     if (counter.shadow || counter.algorithm === 'token_bucket' || result === undefined) {
       return false;
     }
-    return result.remaining <= Math.floor(poolOf(counter).ratePerSecond * seconds);
+    let untilNextMs = intervalMs ?? 1_000;
+    if (counter.algorithm === 'fixed_window' && result.resetMs >= 0) {
+      untilNextMs = Math.min(untilNextMs, result.resetMs);
+    }
+    const expected = (poolOf(counter).ratePerSecond * untilNextMs) / 1_000;
+    return result.remaining <= 0 || result.remaining < expected / 2;
   });
 }
 

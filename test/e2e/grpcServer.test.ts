@@ -9,7 +9,12 @@ import { service as healthService } from 'grpc-health-check';
 import type { Check, Decision } from '../../src/core/check.js';
 import { StoreError } from '../../src/core/errors.js';
 import { createGrpcServer, type GrpcServer, type Reply } from '../../src/servers/grpc/server.js';
-import { loadProtoRoot, rlsServiceName, shouldRateLimitMethod } from '../../src/core/protos.js';
+import {
+  loadProtoRoot,
+  rlqsServiceName,
+  rlsServiceName,
+  shouldRateLimitMethod,
+} from '../../src/core/protos.js';
 import {
   createRateLimitClient,
   type RateLimitRequestObject,
@@ -193,7 +198,7 @@ describe('health and reflection', () => {
     health.close();
   });
 
-  it('lists the RLS and health services, with descriptors Go clients accept', async () => {
+  it('lists the RLS, RLQS and health services, with descriptors Go clients accept', async () => {
     const protoPath = createRequire(import.meta.url).resolve(
       '@grpc/reflection/build/proto/grpc/reflection/v1/reflection.proto',
     );
@@ -218,12 +223,13 @@ describe('health and reflection', () => {
     stream.write({ list_services: '' });
     stream.write({ file_containing_symbol: rlsServiceName });
     stream.write({ file_containing_symbol: 'grpc.health.v1.Health' });
+    stream.write({ file_containing_symbol: rlqsServiceName });
     stream.end();
     await done;
     reflection.close();
     const listed = replies[0]?.list_services_response as { service: { name: string }[] };
     expect(listed.service.map((s) => s.name)).toEqual(
-      expect.arrayContaining([rlsServiceName, 'grpc.health.v1.Health']),
+      expect.arrayContaining([rlsServiceName, rlqsServiceName, 'grpc.health.v1.Health']),
     );
     for (const reply of replies.slice(1)) {
       const files = reply.file_descriptor_response as { file_descriptor_proto: Buffer[] };
