@@ -220,6 +220,18 @@ async function charge(
   return results;
 }
 
+function newHeld(): Held {
+  return {
+    matched: false,
+    lastRate: undefined,
+    strategy: undefined,
+    intervalMs: undefined,
+    pending: { requests: 0, elapsedMs: 0 },
+    demand: undefined,
+    pools: new Set(),
+  };
+}
+
 export function createSession(options: SessionOptions): Session {
   const held = new Map<string, Held>();
   const blanket = (rule: 'ALLOW_ALL' | 'DENY_ALL'): Strategy => ({ kind: 'blanket', rule });
@@ -233,15 +245,7 @@ export function createSession(options: SessionOptions): Session {
           `this stream holds ${options.maxBuckets} buckets, RLQS_MAX_BUCKETS_PER_STREAM`,
         );
       }
-      state = {
-        matched: false,
-        lastRate: undefined,
-        strategy: undefined,
-        intervalMs: undefined,
-        pending: { requests: 0, elapsedMs: 0 },
-        demand: undefined,
-        pools: new Set(),
-      };
+      state = newHeld();
       held.set(name, state);
     }
     const demand = measureDemand(state, usage);
