@@ -1,4 +1,5 @@
 import type { RlqsPlan } from './rlqs.js';
+import type { RlqsBoundPlan } from './rlqsBound.js';
 import type { Variant } from './variants.js';
 import type { VersusPlan } from './versus.js';
 
@@ -40,6 +41,11 @@ export interface Plan {
   admission: { requests: number; concurrency: number; channels: number; loadSeconds: number };
   /** RLQS streams against classic checks, CPU per 1,000 requests (bench/rlqs.ts). */
   rlqs: RlqsPlan;
+  /**
+   * RLQS's over-admission bound over long runs (bench/rlqsBound.ts); under --quick a smoke run of
+   * three scenarios on 2 s windows, which proves the mode works and judges nothing.
+   */
+  rlqsBound: RlqsBoundPlan;
 }
 
 /** A tier breaks when any of these holds; the next tier is the last one run. */
@@ -139,6 +145,24 @@ export function makePlan(mode: Mode): Plan {
       classicRps: quick ? 1_000 : 3_000,
       idleSeconds: quick ? 1 : 5,
     },
+    rlqsBound: quick
+      ? {
+          windowMs: 2_000,
+          limit: 400,
+          reportingIntervalMs: 500,
+          warmWindows: 1,
+          measuredWindows: 1,
+          only: ['solo', 'shared', 'defaults'],
+          classicRps: 60,
+        }
+      : {
+          windowMs: 10_000,
+          limit: 2_000,
+          reportingIntervalMs: 500,
+          warmWindows: 3,
+          measuredWindows: 10,
+          classicRps: 60,
+        },
     versus: {
       closedSeconds: quick ? 1 : 10,
       warmupSeconds: quick ? 0.5 : 2,

@@ -3,6 +3,7 @@ import { GOODPUT_MS } from './ghz.js';
 import type { RunResult } from './measure.js';
 import type { BenchResults } from './results.js';
 import { RLQS_DOMAIN, type RlqsResults } from './rlqs.js';
+import { BOUND_DOMAIN, STEADY_OVER, type RlqsBoundResults } from './rlqsBound.js';
 import { HEADLINE } from './scenarios.js';
 import { mean, median } from './stats.js';
 
@@ -81,6 +82,8 @@ export function markdownReport(results: BenchResults, chartFile: string): string
     ...versusSection(results),
     '',
     ...rlqsSection(results.rlqs),
+    '',
+    ...rlqsBoundSection(results.rlqsBound),
     '',
     `## Throughput`,
     '',
@@ -624,6 +627,117 @@ export function rlqsReport(
       : []),
     '',
     ...rlqsSection(results.rlqs),
+    '',
+  ].join('\n');
+}
+
+const ofL = (value: number | undefined) =>
+  value === undefined || !Number.isFinite(value) ? 'n/a' : `${value.toFixed(3)} L`;
+
+/**
+ * RLQS's over-admission bound (bench/rlqsBound.ts): admitted requests per epoch-aligned window
+ * against the rule's L, per scenario.
+ */
+export function rlqsBoundSection(bound: RlqsBoundResults): string[] {
+  const { plan } = bound;
+  const seconds = plan.windowMs / 1000;
+  const lines = [
+    "## RLQS's over-admission bound",
+    '',
+    `One tollgate on the bench's Redis, a tenant rule of L = ${plan.limit.toLocaleString('en-US')} requests per ${seconds} s fixed window ` +
+      `(domain \`${BOUND_DOMAIN}\`). Simulated Envoys (test/rlqs/sim) on one bucket \`{tenant: SCENARIO}\` each, ` +
+      `reporting every ${plan.reportingIntervalMs} ms, with the sample config's fallbacks (a no-assignment token bucket of 5 a second, ` +
+      "expired assignments reused for 300 s) unless the scenario says Envoy's defaults. Demand is three times the rule's rate in every scenario. " +
+      'The scenarios run at once, on tenants of their own, and every client joins a little into the same epoch-aligned window: ' +
+      `that first whole window is the join, then ${plan.warmWindows} window(s) of warm-up (the join's included) and ${plan.measuredWindows} measured. ` +
+      "Admitted counts the clients' admitted requests per window, and in the shared scenario the classic " +
+      `\`ShouldRateLimit\` checks answered OK too (${plan.classicRps} a second, counted by the window they were sent in). ` +
+      "Jain's index is over each client's admitted / (admitted + denied) in the measured windows. " +
+      `The bound: at most L + ${100 * STEADY_OVER}% in every measured window, and on the join at most L plus one assignment's worth ` +
+      "(the tokens of the clients' first assignments, summed).",
+    '',
+    ...header([
+      'scenario',
+      'clients',
+      'demand/s',
+      'max admitted/L',
+      'mean admitted/L',
+      "join admitted/L (one assignment's worth)",
+      "Jain's index",
+      'assignments changed',
+      'report p50 / p99 ms',
+      'bound',
+    ]),
+  ];
+  for (const entry of bound.entries) {
+    const met = entry.steadyMet && entry.joinMet;
+    lines.push(
+      row([
+        entry.title,
+        entry.clients,
+        Math.round(entry.demandRps).toLocaleString('en-US'),
+        ofL(entry.maxOfLimit),
+        ofL(entry.meanOfLimit),
+        `${ofL(entry.join?.ofLimit)} (${entry.firstAssignmentTokens})`,
+        Number.isFinite(entry.jain) ? entry.jain.toFixed(3) : 'n/a',
+        entry.assignmentsChanged.toLocaleString('en-US'),
+        `${ms(entry.reportLatencyMs.p50)} / ${ms(entry.reportLatencyMs.p99)}`,
+        met
+          ? 'met'
+          : `**missed**${entry.steadyMet ? '' : ' (steady)'}${entry.joinMet ? '' : ' (join)'}`,
+      ]),
+    );
+  }
+  const shared = bound.entries.filter((entry) => entry.classicSent !== undefined);
+  for (const entry of shared) {
+    const classic = entry.measured.map((w) => w.classicAllowed);
+    lines.push(
+      '',
+      `${entry.title}: the classic checks were allowed ${classic.join(', ')} times in the measured windows ` +
+        `(${entry.classicSent!.toLocaleString('en-US')} sent, ${entry.classicFailed} failed), ` +
+        `the RLQS clients admitted ${entry.measured.map((w) => w.admitted).join(', ')}.`,
+    );
+  }
+  lines.push(
+    '',
+    'Admitted / L per measured window:',
+    '',
+    ...header(['scenario', ...Array.from({ length: plan.measuredWindows }, (_, i) => `${i + 1}`)]),
+    ...bound.entries.map((entry) =>
+      row([entry.title, ...entry.measured.map((w) => w.ofLimit.toFixed(3))]),
+    ),
+  );
+  const messages = bound.entries.flatMap((entry) =>
+    entry.streamErrorMessages.map((message) => `- ${entry.scenario}: ${message}`),
+  );
+  if (messages.length > 0) lines.push('', 'Stream errors (the first of each):', '', ...messages);
+  return lines;
+}
+
+/** The report of `--rlqs-bound`: only RLQS's over-admission bound. */
+export function rlqsBoundReport(
+  results: Pick<
+    BenchResults,
+    'name' | 'mode' | 'command' | 'startedAt' | 'durationSeconds' | 'machine'
+  > & { rlqsBound: RlqsBoundResults },
+): string {
+  const { machine } = results;
+  return [
+    `# RLQS's over-admission bound: ${results.name}`,
+    '',
+    `\`${results.command}\`, started ${results.startedAt}, took ${duration(results.durationSeconds)}. ` +
+      `Machine: ${machine.cpuModel}, ${machine.cores} cores; Node ${machine.node}` +
+      `${servicesNode([results.rlqsBound.service], machine.node)}, Redis ${machine.redis}; ` +
+      `load average ${machine.loadAverage.start.toFixed(2)} at the start, ${machine.loadAverage.end?.toFixed(2) ?? '?'} at the end. ` +
+      'The simulators, tollgate and Redis share these cores.',
+    ...(results.mode === 'quick'
+      ? [
+          '',
+          '**Quick mode: a smoke run on short windows that proves the mode works. The numbers judge nothing.**',
+        ]
+      : []),
+    '',
+    ...rlqsBoundSection(results.rlqsBound),
     '',
   ].join('\n');
 }

@@ -2,6 +2,7 @@ import type { AdmissionResult } from './admission.js';
 import type { Machine } from './machine.js';
 import type { MemoryRun } from './memory.js';
 import { rlqsProblems, type RlqsResults } from './rlqs.js';
+import { rlqsBoundProblems, STEADY_OVER, type RlqsBoundResults } from './rlqsBound.js';
 import type { VariantResult } from './variants.js';
 import type { VersusEntry, VersusResults } from './versus.js';
 import type { RunResult } from './measure.js';
@@ -27,6 +28,7 @@ export interface BenchResults {
   memory: MemoryRun[];
   versus: VersusResults;
   rlqs: RlqsResults;
+  rlqsBound: RlqsBoundResults;
   targets: Target[];
 }
 
@@ -74,6 +76,31 @@ export function judgeTargets(results: Omit<BenchResults, 'targets'>): Target[] {
       value: p99,
       met: p99 !== null && p99 <= BREAK.maxP99Ms,
       note: p99 === null ? 'the 5,000 req/s tier was not run' : 'constant arrival rate',
+    },
+    ...rlqsBoundTargets(results.rlqsBound),
+  ];
+}
+
+/** RLQS's over-admission bound: the worst measured window, and the worst join, of any scenario. */
+function rlqsBoundTargets(bound: RlqsBoundResults): Target[] {
+  const entries = bound.entries;
+  const steady = entries.length ? Math.max(...entries.map((entry) => entry.maxOfLimit)) : NaN;
+  const joins = entries.map((entry) => entry.join?.ofLimit ?? NaN);
+  const join = joins.length ? Math.max(...joins) : NaN;
+  return [
+    {
+      name: 'RLQS admitted per window ÷ L, steady state',
+      target: `≤ ${(1 + STEADY_OVER).toFixed(2)}`,
+      value: Number.isFinite(steady) ? steady : null,
+      met: entries.length > 0 && entries.every((entry) => entry.steadyMet),
+      note: 'the worst measured window of any scenario (bench/rlqsBound.ts)',
+    },
+    {
+      name: 'RLQS admitted in the join window ÷ L',
+      target: "≤ 1 + one assignment's worth",
+      value: Number.isFinite(join) ? join : null,
+      met: entries.length > 0 && entries.every((entry) => entry.joinMet),
+      note: "the worst join of any scenario; one assignment's worth is each scenario's own",
     },
   ];
 }
@@ -156,6 +183,7 @@ export function missingFields(results: BenchResults): string[] {
   }
   if (results.versus.admission.length === 0) problems.push('versus.admission: not run');
   problems.push(...rlqsProblems(results.rlqs));
+  problems.push(...rlqsBoundProblems(results.rlqsBound));
   if (results.admission.length === 0) problems.push('admission: not run');
   for (const check of results.admission)
     number(`admission.${check.service}.allowed`, check.allowed);

@@ -130,7 +130,7 @@ export interface RlqsResults {
 }
 
 /** The fleet simulator's binary, built once per version of its sources by scripts/rlqs-sim.mjs. */
-function simulatorBinary(repoRoot: string): string {
+export function simulatorBinary(repoRoot: string): string {
   const build = spawnSync(
     process.execPath,
     [join(repoRoot, 'scripts', 'rlqs-sim.mjs'), '--print-binary'],
@@ -143,7 +143,7 @@ function simulatorBinary(repoRoot: string): string {
 }
 
 /** Runs one scenario to its end and resolves with the simulator's result. */
-function simulate(binary: string, scenario: SimScenario): Promise<SimResult> {
+export function simulate(binary: string, scenario: SimScenario): Promise<SimResult> {
   const child = spawn(binary, [], { stdio: ['pipe', 'pipe', 'pipe'] });
   track(child);
   let stdout = '';

@@ -10,7 +10,7 @@ import { createGhz } from './ghz.js';
 import { describeMachine, finishMachine } from './machine.js';
 import { measure, type Measured } from './measure.js';
 import { BREAK, makePlan } from './plan.js';
-import { markdownReport, rlqsReport, versusReport } from './report.js';
+import { markdownReport, rlqsBoundReport, rlqsReport, versusReport } from './report.js';
 import { runMemory } from './memory.js';
 import { readProfile, summarizeProfile } from './profile.js';
 import { HEADLINE, SCENARIOS } from './scenarios.js';
@@ -26,6 +26,7 @@ import {
 import { VERSUS_READY, VERSUS_RULES_YAML, VERSUS_SCENARIOS } from './versusScenarios.js';
 import { assertPerf, runPerf, type PerfEntry } from './perf.js';
 import { rlqsProblems, runRlqs } from './rlqs.js';
+import { rlqsBoundMisses, rlqsBoundProblems, runRlqsBound } from './rlqsBound.js';
 import { runScriptCost } from './scriptCost.js';
 import { runVariants } from './variants.js';
 import { runVersus, type AgainstBuild } from './versus.js';
@@ -45,6 +46,9 @@ import { BENCH_NODE, type NodeRuntime } from './services.js';
  *   npm run bench -- --rlqs [--quick] [--out NAME] [--env NAME=VALUE] [--node VERSION]
  * Writes bench/results/NAME.{md,json} (rlqs-MODE by default): only tollgate's CPU per 1,000
  * requests under RLQS against classic checks (rlqs.ts).
+ *   npm run bench -- --rlqs-bound [--quick] [--out NAME] [--env NAME=VALUE] [--node VERSION]
+ * Writes bench/results/NAME.{md,json} (rlqs-bound by default, rlqs-bound-quick with --quick):
+ * only RLQS's over-admission bound over long runs (rlqsBound.ts).
  *   npm run bench -- --profile [--scenario NAME] [--rps N] [--env NAME=VALUE]
  * Writes bench/results/profile-SCENARIO[-N]rps.{md,json}: where tollgate's CPU goes (see profileRun).
  *   npm run bench -- --perf [--scenario NAME] [--rps N]
@@ -64,6 +68,7 @@ const { values } = parseArgs({
     profile: { type: 'boolean', default: false },
     versus: { type: 'boolean', default: false },
     rlqs: { type: 'boolean', default: false },
+    'rlqs-bound': { type: 'boolean', default: false },
     'script-cost': { type: 'boolean', default: false },
     perf: { type: 'boolean', default: false },
     env: { type: 'string', multiple: true, default: [] },
@@ -150,6 +155,7 @@ async function main(): Promise<number> {
       admission: plan.admission,
     });
     const rlqs = await runRlqs(ghz, redis, repoRoot, plan.rlqs, { node });
+    const rlqsBound = await runRlqsBound(redis, repoRoot, plan.rlqsBound, { node });
     const bare = await startBare(benchDir, 'grpc-js', node);
     const withRedis = await startTollgate({
       repoRoot,
@@ -216,6 +222,7 @@ async function main(): Promise<number> {
       memory,
       versus,
       rlqs,
+      rlqsBound,
     };
     const results: BenchResults = { ...partial, targets: judgeTargets(partial) };
     const chartTitle = `tollgate p99 latency, ${results.mode} run, ${machine.cores} cores`;
@@ -403,6 +410,47 @@ async function rlqsRun(): Promise<number> {
 }
 
 /**
+ * `--rlqs-bound [--quick] [--out NAME] [--env NAME=VALUE ...]`: only RLQS's over-admission bound,
+ * admitted requests per epoch-aligned window against the rule's limit over long runs, into
+ * bench/results/NAME.{md,json} (default rlqs-bound, or rlqs-bound-quick). A full run that breaks
+ * the bound exits 1; a quick one, on 2 s windows, only proves the mode works.
+ */
+async function rlqsBoundRun(): Promise<number> {
+  const started = Date.now();
+  const machine = describeMachine(process.env.BENCH_GHZ_VERSION ?? 'unknown');
+  let redis: RedisServer | undefined;
+  try {
+    redis = await startRedis();
+    const rlqsBound = await runRlqsBound(redis, repoRoot, plan.rlqsBound, {
+      extraEnv: tollgateEnv(),
+      node,
+    });
+    const results = {
+      name: values.out ?? (plan.mode === 'quick' ? 'rlqs-bound-quick' : 'rlqs-bound'),
+      mode: plan.mode,
+      command: process.env.BENCH_COMMAND ?? 'npm run bench -- --rlqs-bound',
+      startedAt: new Date(started).toISOString(),
+      durationSeconds: (Date.now() - started) / 1000,
+      machine: finishMachine(machine),
+      plan: { mode: plan.mode, rlqsBound: plan.rlqsBound },
+      rlqsBound,
+    };
+    writeResults(results.name, {
+      json: `${JSON.stringify(results, null, 2)}\n`,
+      md: rlqsBoundReport(results),
+    });
+    const problems = rlqsBoundProblems(rlqsBound);
+    for (const problem of problems) log(`missing or invalid: ${problem}`);
+    const misses = plan.mode === 'full' ? rlqsBoundMisses(rlqsBound) : [];
+    for (const miss of misses) log(`OVER THE RLQS BOUND: ${miss}`);
+    return problems.length > 0 || misses.length > 0 ? 1 : 0;
+  } finally {
+    redis?.client.disconnect();
+    await stopAll();
+  }
+}
+
+/**
  * `--script-cost [--quick]`: what one call of the decision script costs Redis, against scripts
  * that decide nothing (see bench/scriptCost.ts), into bench/results/script-cost.{md,json}. No
  * ghz and no service: the numbers are Redis's own, on an idle Redis.
@@ -542,8 +590,10 @@ process.exitCode = values.profile
     ? await versusRun()
     : values.rlqs
       ? await rlqsRun()
-      : values['script-cost']
-        ? await scriptCostRun()
-        : values.perf
-          ? await perfRun()
-          : await main();
+      : values['rlqs-bound']
+        ? await rlqsBoundRun()
+        : values['script-cost']
+          ? await scriptCostRun()
+          : values.perf
+            ? await perfRun()
+            : await main();

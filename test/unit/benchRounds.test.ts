@@ -3,8 +3,15 @@ import { againstDir, againstName, parseAgainstRef } from '../../bench/against.js
 import { answeredInTime, GOODPUT_MS } from '../../bench/ghz.js';
 import type { RunResult } from '../../bench/measure.js';
 import { makePlan } from '../../bench/plan.js';
-import { rlqsSection, versusReport } from '../../bench/report.js';
+import { rlqsBoundSection, rlqsSection, versusReport } from '../../bench/report.js';
 import { rlqsProblems, type RlqsResults, type RlqsRun } from '../../bench/rlqs.js';
+import {
+  rlqsBoundMisses,
+  rlqsBoundProblems,
+  type BoundEntry,
+  type BoundWindow,
+  type RlqsBoundResults,
+} from '../../bench/rlqsBound.js';
 import { versusTargets } from '../../bench/results.js';
 import type { VersusEntry, VersusResults } from '../../bench/versus.js';
 import { nodeBinary, nodeInstallDir, parseNodeVersion } from '../../bench/runtime.js';
@@ -280,5 +287,66 @@ describe('the RLQS row', () => {
     expect(rlqsProblems(results([run('classic'), run('rlqs', { reports: 0 })]))).toContain(
       'rlqs.rlqs[1]: no reports sent',
     );
+  });
+});
+
+describe("the RLQS bound's figures", () => {
+  const plan = makePlan('full').rlqsBound;
+  const window = (ofLimit: number, classicAllowed = 0): BoundWindow => ({
+    startMs: 0,
+    admitted: Math.round(ofLimit * plan.limit) - classicAllowed,
+    denied: 100,
+    classicAllowed,
+    ofLimit,
+  });
+  const entry = (extra: Partial<BoundEntry> = {}): BoundEntry => ({
+    scenario: 'solo',
+    title: '1 client',
+    clients: 1,
+    demandRps: 600,
+    defaults: false,
+    join: window(0.9),
+    firstAssignmentTokens: 180,
+    measured: Array.from({ length: plan.measuredWindows }, () => window(0.9)),
+    maxOfLimit: 0.9,
+    meanOfLimit: 0.9,
+    jain: 1,
+    assignmentsChanged: 1,
+    assignmentsUnchanged: 200,
+    reportLatencyMs: { p50: 2, p99: 30, max: 100 },
+    reportsSent: 201,
+    reconnects: 0,
+    streamErrors: 0,
+    streamErrorMessages: [],
+    steadyMet: true,
+    joinMet: true,
+    ...extra,
+  });
+  const results = (entries: BoundEntry[]): RlqsBoundResults => ({
+    plan,
+    service: { name: 'tollgate-rlqs', settings: {} },
+    entries,
+  });
+
+  it('runs 13 windows of 10 s, 3 of them warm-up, and a smoke run under --quick', () => {
+    expect(plan).toMatchObject({ windowMs: 10_000, warmWindows: 3, measuredWindows: 10 });
+    const quick = makePlan('quick').rlqsBound;
+    expect(quick.warmWindows + quick.measuredWindows).toBeLessThanOrEqual(2);
+  });
+
+  it('reports a scenario over the bound, and a run that is missing windows', () => {
+    expect(rlqsBoundMisses(results([entry()]))).toEqual([]);
+    expect(rlqsBoundProblems(results([entry()]))).toEqual([]);
+    const over = entry({ scenario: 'shared', maxOfLimit: 1.06, steadyMet: false });
+    expect(rlqsBoundMisses(results([over]))).toEqual([
+      'shared: a measured window admitted 1.060 L',
+    ]);
+    expect(rlqsBoundProblems(results([entry({ measured: [], join: null })]))).toEqual([
+      'rlqsBound.solo: 0 measured windows',
+      'rlqsBound.solo: no join window',
+    ]);
+    const table = rlqsBoundSection(results([entry(), over])).join('\n');
+    expect(table).toContain('| 1 client | 1 | 600 | 0.900 L | 0.900 L | 0.900 L (180) |');
+    expect(table).toContain('**missed** (steady)');
   });
 });
