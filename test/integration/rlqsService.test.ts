@@ -124,6 +124,37 @@ describe('RLQS settings in tollgate serve', () => {
     }
   });
 
+  it('ends a stale stream and one past its reports a second, naming the settings', async () => {
+    const tollgate = await startTollgate({
+      rules: RULES,
+      env: { RLQS_STALE_STREAM: '1s', RLQS_MAX_REPORTS_PER_SECOND: '1' },
+    });
+    const quiet = openRlqs(tollgate.address);
+    const chatty = openRlqs(tollgate.address);
+    try {
+      quiet.stream.write(usageReport({ tenant: 'a' }, 1, 'quota'));
+      await quiet.next();
+      // A burst of 5 seconds' worth, then one report too many.
+      for (let n = 0; n < 7; n++) chatty.stream.write(usageReport({ tenant: 'b' }, 1, 'quota'));
+      const flooded = await chatty.ended;
+      expect(flooded.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
+      expect(flooded.details).toMatch(
+        /more than 1 usage reports a second, RLQS_MAX_REPORTS_PER_SECOND/,
+      );
+      const stale = await quiet.ended;
+      expect(stale.code).toBe(grpc.status.CANCELLED);
+      expect(stale.details).toMatch(/no usage report for 1000 ms, RLQS_STALE_STREAM/);
+      const text = await (await fetch(`${tollgate.httpUrl}/metrics`)).text();
+      expect(metricValue(text, 'tollgate_bounds_reached_total', { bound: 'rlqs_reports' })).toBe(1);
+      expect(metricValue(text, 'tollgate_bounds_reached_total', { bound: 'rlqs_stale' })).toBe(1);
+      expect(metricValue(text, 'tollgate_rlqs_streams')).toBe(0);
+    } finally {
+      quiet.close();
+      chatty.close();
+      await tollgate.stop();
+    }
+  });
+
   it('follows the store: NOT_SERVING and UNAVAILABLE while Redis is down', async () => {
     const own = await startRedis();
     const tollgate = await startTollgate({
