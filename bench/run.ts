@@ -373,40 +373,74 @@ async function versusRun(): Promise<number> {
   }
 }
 
+/** What every results file starts with. */
+type RunHeader = Pick<
+  BenchResults,
+  'name' | 'mode' | 'command' | 'startedAt' | 'durationSeconds' | 'machine'
+>;
+
+/**
+ * One RLQS mode's run on a Redis of its own: `measure` runs it, and its results go to
+ * bench/results/NAME.{md,json} under `key`, with the machine and the command. Resolves with the
+ * run's problems (missing or invalid figures) and misses (a bound broken), both logged.
+ */
+async function rlqsModeRun<K extends string, R>(options: {
+  name: string;
+  command: string;
+  key: K;
+  plan: unknown;
+  measure: (redis: RedisServer) => Promise<R>;
+  report: (results: RunHeader & { [key in K]: R }) => string;
+  problems: (measured: R) => string[];
+  misses?: (measured: R) => string[];
+}): Promise<number> {
+  const started = Date.now();
+  const machine = describeMachine(process.env.BENCH_GHZ_VERSION ?? 'unknown');
+  let redis: RedisServer | undefined;
+  try {
+    redis = await startRedis();
+    const measured = await options.measure(redis);
+    const results = {
+      name: values.out ?? options.name,
+      mode: plan.mode,
+      command: process.env.BENCH_COMMAND ?? options.command,
+      startedAt: new Date(started).toISOString(),
+      durationSeconds: (Date.now() - started) / 1000,
+      machine: finishMachine(machine),
+      plan: { mode: plan.mode, [options.key]: options.plan },
+      [options.key]: measured,
+    } as RunHeader & { [key in K]: R };
+    writeResults(results.name, {
+      json: `${JSON.stringify(results, null, 2)}\n`,
+      md: options.report(results),
+    });
+    const problems = options.problems(measured);
+    for (const problem of problems) log(`missing or invalid: ${problem}`);
+    const misses = options.misses?.(measured) ?? [];
+    for (const miss of misses) log(`OVER THE RLQS BOUND: ${miss}`);
+    return problems.length > 0 || misses.length > 0 ? 1 : 0;
+  } finally {
+    redis?.client.disconnect();
+    await stopAll();
+  }
+}
+
 /**
  * `--rlqs [--quick] [--out NAME] [--env NAME=VALUE ...]`: only the RLQS row, tollgate's CPU per
  * 1,000 requests under RLQS streams against classic checks, into bench/results/NAME.{md,json}
  * (default rlqs-MODE).
  */
-async function rlqsRun(): Promise<number> {
-  const started = Date.now();
+function rlqsRun(): Promise<number> {
   const ghz = createGhz(ghzBinary!, repoRoot);
-  const machine = describeMachine(process.env.BENCH_GHZ_VERSION ?? 'unknown');
-  let redis: RedisServer | undefined;
-  try {
-    redis = await startRedis();
-    const rlqs = await runRlqs(ghz, redis, repoRoot, plan.rlqs, { extraEnv: tollgateEnv(), node });
-    const results = {
-      name: values.out ?? `rlqs-${plan.mode}`,
-      mode: plan.mode,
-      command: process.env.BENCH_COMMAND ?? 'npm run bench -- --rlqs',
-      startedAt: new Date(started).toISOString(),
-      durationSeconds: (Date.now() - started) / 1000,
-      machine: finishMachine(machine),
-      plan: { mode: plan.mode, rlqs: plan.rlqs },
-      rlqs,
-    };
-    writeResults(results.name, {
-      json: `${JSON.stringify(results, null, 2)}\n`,
-      md: rlqsReport(results),
-    });
-    const problems = rlqsProblems(rlqs);
-    for (const problem of problems) log(`missing or invalid: ${problem}`);
-    return problems.length > 0 ? 1 : 0;
-  } finally {
-    redis?.client.disconnect();
-    await stopAll();
-  }
+  return rlqsModeRun({
+    name: `rlqs-${plan.mode}`,
+    command: 'npm run bench -- --rlqs',
+    key: 'rlqs',
+    plan: plan.rlqs,
+    measure: (redis) => runRlqs(ghz, redis, repoRoot, plan.rlqs, { extraEnv: tollgateEnv(), node }),
+    report: rlqsReport,
+    problems: rlqsProblems,
+  });
 }
 
 /**
@@ -415,39 +449,18 @@ async function rlqsRun(): Promise<number> {
  * bench/results/NAME.{md,json} (default rlqs-bound, or rlqs-bound-quick). A full run that breaks
  * the bound exits 1; a quick one, on 2 s windows, only proves the mode works.
  */
-async function rlqsBoundRun(): Promise<number> {
-  const started = Date.now();
-  const machine = describeMachine(process.env.BENCH_GHZ_VERSION ?? 'unknown');
-  let redis: RedisServer | undefined;
-  try {
-    redis = await startRedis();
-    const rlqsBound = await runRlqsBound(redis, repoRoot, plan.rlqsBound, {
-      extraEnv: tollgateEnv(),
-      node,
-    });
-    const results = {
-      name: values.out ?? (plan.mode === 'quick' ? 'rlqs-bound-quick' : 'rlqs-bound'),
-      mode: plan.mode,
-      command: process.env.BENCH_COMMAND ?? 'npm run bench -- --rlqs-bound',
-      startedAt: new Date(started).toISOString(),
-      durationSeconds: (Date.now() - started) / 1000,
-      machine: finishMachine(machine),
-      plan: { mode: plan.mode, rlqsBound: plan.rlqsBound },
-      rlqsBound,
-    };
-    writeResults(results.name, {
-      json: `${JSON.stringify(results, null, 2)}\n`,
-      md: rlqsBoundReport(results),
-    });
-    const problems = rlqsBoundProblems(rlqsBound);
-    for (const problem of problems) log(`missing or invalid: ${problem}`);
-    const misses = plan.mode === 'full' ? rlqsBoundMisses(rlqsBound) : [];
-    for (const miss of misses) log(`OVER THE RLQS BOUND: ${miss}`);
-    return problems.length > 0 || misses.length > 0 ? 1 : 0;
-  } finally {
-    redis?.client.disconnect();
-    await stopAll();
-  }
+function rlqsBoundRun(): Promise<number> {
+  return rlqsModeRun({
+    name: plan.mode === 'quick' ? 'rlqs-bound-quick' : 'rlqs-bound',
+    command: 'npm run bench -- --rlqs-bound',
+    key: 'rlqsBound',
+    plan: plan.rlqsBound,
+    measure: (redis) =>
+      runRlqsBound(redis, repoRoot, plan.rlqsBound, { extraEnv: tollgateEnv(), node }),
+    report: rlqsBoundReport,
+    problems: rlqsBoundProblems,
+    misses: (measured) => (plan.mode === 'full' ? rlqsBoundMisses(measured) : []),
+  });
 }
 
 /**
