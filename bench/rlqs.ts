@@ -1,7 +1,10 @@
-import { spawn, spawnSync } from 'node:child_process';
-import { join } from 'node:path';
-import type { SimResult, SimScenario } from '../test/support/rlqsSim.js';
-import { stopChild, track } from './children.js';
+import {
+  buildRlqsSim,
+  runSimulation,
+  type SimResult,
+  type SimScenario,
+} from '../test/support/rlqsSim.js';
+import { track } from './children.js';
 import type { Ghz } from './ghz.js';
 import { readStat, treeCpuSeconds } from './procstat.js';
 import { log } from './series.js';
@@ -130,44 +133,11 @@ export interface RlqsResults {
 }
 
 /** The fleet simulator's binary, built once per version of its sources by scripts/rlqs-sim.mjs. */
-export function simulatorBinary(repoRoot: string): string {
-  const build = spawnSync(
-    process.execPath,
-    [join(repoRoot, 'scripts', 'rlqs-sim.mjs'), '--print-binary'],
-    { cwd: repoRoot, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] },
-  );
-  if (build.error || build.status !== 0) {
-    throw new Error(`building the RLQS simulator failed: ${String(build.error ?? build.status)}`);
-  }
-  return build.stdout.trim();
-}
+export const simulatorBinary = buildRlqsSim;
 
-/** Runs one scenario to its end and resolves with the simulator's result. */
+/** Runs one scenario to its end, the simulator stopped with the bench's other children. */
 export function simulate(binary: string, scenario: SimScenario): Promise<SimResult> {
-  const child = spawn(binary, [], { stdio: ['pipe', 'pipe', 'pipe'] });
-  track(child);
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-  child.stderr.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-4_000)));
-  child.stdin.on('error', () => {});
-  child.stdin.end(JSON.stringify(scenario));
-  const deadline = setTimeout(() => void stopChild(child), scenario.durationMs + 30_000);
-  return new Promise<SimResult>((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code, signal) => {
-      clearTimeout(deadline);
-      if (code !== 0) {
-        reject(new Error(`rlqs-sim exited (${signal ?? code}): ${stderr.trim()}`));
-        return;
-      }
-      try {
-        resolve(JSON.parse(stdout) as SimResult);
-      } catch {
-        reject(new Error(`rlqs-sim wrote no result: ${stdout.slice(0, 200)} ${stderr.trim()}`));
-      }
-    });
-  });
+  return runSimulation(scenario, { binary, onSpawn: (child) => void track(child) });
 }
 
 function scenarioOf(address: string, plan: RlqsPlan, seconds: number, seed: number): SimScenario {

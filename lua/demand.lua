@@ -3,8 +3,8 @@
 -- KEYS[1]: the pool's hash. ARGV: consumer, demand, ttl_ms, now_ms ('' for Redis TIME),
 -- max_consumers. Each field is "demand:expires_at_ms". Records the consumer (unless the pool is
 -- full and it is new), drops the expired ones, and returns {total demand, live consumers,
--- recorded '1' or '0'} as strings, the consumer included when it was recorded. The hash lives as long as its longest-lived
--- consumer.
+-- recorded '1' or '0'} as strings, the consumer included when it was recorded. The hash lives as
+-- long as its longest-lived consumer.
 local key = KEYS[1]
 local consumer = ARGV[1]
 local demand = tonumber(ARGV[2])

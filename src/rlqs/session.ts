@@ -157,6 +157,9 @@ function poolOf(counter: CounterCheck): Pool {
   };
 }
 
+/** Where a rule counter's RLQS demand lives: beside the counter, under its hash tag. */
+const poolKey = (counter: CounterCheck): string => `${counter.key}:rlqs`;
+
 /**
  * A window rule's counter that has less left in its window than half of what its RLQS clients
  * would take, at the rule's rate, before this stream's next report (or the window's end, if
@@ -235,6 +238,8 @@ function newHeld(): Held {
 export function createSession(options: SessionOptions): Session {
   const held = new Map<string, Held>();
   const blanket = (rule: 'ALLOW_ALL' | 'DENY_ALL'): Strategy => ({ kind: 'blanket', rule });
+  /** A bucket of this stream, as a consumer of its rules' demand pools. */
+  const consumerOf = (name: string) => `${options.streamId}|${name}`;
 
   async function one(domain: string, usage: BucketUsage): Promise<BucketAction> {
     const name = bucketName(usage.bucket);
@@ -275,24 +280,17 @@ export function createSession(options: SessionOptions): Session {
       state.strategy = blanket('ALLOW_ALL');
       return { bucket: usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
     }
-    const consumer = `${options.streamId}|${name}`;
     const shares: PoolShare[] = await Promise.all(
-      counters.map(async (counter) => {
-        if (counter.shadow) return undefined;
-        state.pools.add(`${counter.key}:rlqs`);
-        const pool = await options.demand.record(
-          `${counter.key}:rlqs`,
-          consumer,
-          demand,
-          ttlMs,
-          nowMs,
-        );
+      enforced.map(async (counter) => {
+        const key = poolKey(counter);
+        state.pools.add(key);
+        const pool = await options.demand.record(key, consumerOf(name), demand, ttlMs, nowMs);
         // Past the pool's consumer bound this one is not recorded, but its share still counts it.
         const totalDemand = pool.recorded ? pool.totalDemand : pool.totalDemand + demand;
         const consumers = pool.recorded ? pool.consumers : pool.consumers + 1;
         return { pool: poolOf(counter), demand, totalDemand, consumers };
       }),
-    ).then((all) => all.filter((share) => share !== undefined));
+    );
     if (spent(counters, results, state.intervalMs)) {
       // Classic checks (or fallbacks) took the window: denied until a report after it rolls over.
       state.lastRate = 0;
@@ -319,7 +317,7 @@ export function createSession(options: SessionOptions): Session {
     buckets: () => held.size,
     async close() {
       const leaving = [...held].flatMap(([name, state]) =>
-        [...state.pools].map((pool) => [pool, `${options.streamId}|${name}`] as const),
+        [...state.pools].map((pool) => [pool, consumerOf(name)] as const),
       );
       held.clear();
       // Best effort: a consumer that is not forgotten expires with its TTL.

@@ -13,8 +13,8 @@ import type { Bound } from '../observability/metrics.js';
 
 /**
  * The servers a check arrives on: gRPC (ShouldRateLimit, health, reflection, RLQS's stream; the
- * fast path or grpc-js) and HTTP (POST /json, /healthcheck, /metrics, /rlconfig). Both take the same checks and
- * the same health; they listen, and drain, side by side.
+ * fast path or grpc-js) and HTTP (POST /json, /healthcheck, /metrics, /rlconfig). Both take the
+ * same checks and the same health; they listen, and drain, side by side.
  */
 export interface Servers {
   /** Listens on each; resolves with the bound ports. */

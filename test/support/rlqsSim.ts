@@ -148,16 +148,18 @@ export interface SimResult {
   unknownBucketActions: number;
 }
 
-const root = fileURLToPath(new URL('../..', import.meta.url));
-let binary: string | undefined;
+const here = fileURLToPath(new URL('../..', import.meta.url));
+const built = new Map<string, string>();
 
 /**
  * Builds the simulator once per version of its sources (`scripts/rlqs-sim.mjs`, with goBuild's
  * buildOnce) and returns the binary's path. The first build fetches Go modules: call it from a
- * hook with a long timeout.
+ * hook with a long timeout. `root` is the repository's (this checkout's by default; the bench,
+ * which runs compiled elsewhere, passes its own).
  */
-export function buildRlqsSim(): string {
-  if (binary) return binary;
+export function buildRlqsSim(root = here): string {
+  const known = built.get(root);
+  if (known) return known;
   const build = spawnSync(process.execPath, ['scripts/rlqs-sim.mjs', '--print-binary'], {
     cwd: root,
     encoding: 'utf8',
@@ -165,7 +167,8 @@ export function buildRlqsSim(): string {
   if (build.error || build.status !== 0) {
     throw new Error(`building the RLQS simulator failed: ${build.error ?? build.stderr}`);
   }
-  binary = build.stdout.trim();
+  const binary = build.stdout.trim();
+  built.set(root, binary);
   return binary;
 }
 
@@ -175,27 +178,48 @@ process.once('exit', () => {
   for (const child of running) child.kill('SIGKILL');
 });
 
+export interface SimRunOptions {
+  /** The simulator's binary; buildRlqsSim()'s by default. */
+  binary?: string;
+  /** Told of the child at once, for a harness that stops its children itself. */
+  onSpawn?(child: ChildProcess): void;
+}
+
+/** A simulator still running this long after its scenario's end is killed. */
+const OVERRUN_MS = 30_000;
+/** The simulator's stderr kept for an error's message: its last this many characters. */
+const STDERR_KEPT = 4_000;
+
 /**
  * Runs the scenario and resolves with its result; rejects with the simulator's message when it
- * exits non-zero (a scenario it cannot take, or no server at addr).
+ * exits non-zero (a scenario it cannot take, or no server at addr), or when it overruns.
  */
-export function runSimulation(scenario: SimScenario): Promise<SimResult> {
-  const child = spawn(buildRlqsSim(), [], { stdio: ['pipe', 'pipe', 'pipe'] });
+export function runSimulation(
+  scenario: SimScenario,
+  options: SimRunOptions = {},
+): Promise<SimResult> {
+  const child = spawn(options.binary ?? buildRlqsSim(), [], { stdio: ['pipe', 'pipe', 'pipe'] });
   running.add(child);
+  options.onSpawn?.(child);
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => {
+    stderr = (stderr + chunk.toString()).slice(-STDERR_KEPT);
+  });
   // It may exit before reading a bad scenario; its exit says why.
   child.stdin.on('error', () => {});
   child.stdin.end(JSON.stringify(scenario));
+  const deadline = setTimeout(() => child.kill('SIGKILL'), scenario.durationMs + OVERRUN_MS);
   return new Promise<SimResult>((resolve, reject) => {
     child.once('error', (error) => {
+      clearTimeout(deadline);
       running.delete(child);
       reject(error);
     });
     // 'close', not 'exit': by then all of its output has been read.
     child.once('close', (code, signal) => {
+      clearTimeout(deadline);
       running.delete(child);
       if (code !== 0) {
         reject(new Error(`rlqs-sim exited (${signal ?? code}): ${stderr.trim()}`));
