@@ -58,6 +58,7 @@ export function createQuotaService(options: QuotaServiceOptions): RlqsService {
         onOverAdmitted,
       }),
     maxStreams: settings.maxStreams,
+    maxBucketsPerStream: settings.maxBucketsPerStream,
     maxReportsPerSecond: settings.maxReportsPerSecond,
     staleMs: settings.staleMs,
     onEvent: options.onEvent,

@@ -20,6 +20,8 @@ export interface RlqsStreamOptions {
   /** A new stream's session, under a name unique across instances. */
   session(streamId: string): Session;
   maxStreams: number;
+  /** RLQS_MAX_BUCKETS_PER_STREAM, which also bounds the usages of one report. */
+  maxBucketsPerStream: number;
   maxReportsPerSecond: number;
   staleMs: number;
   /** Told of each report answered, stream opened and closed, for metrics. */
@@ -63,11 +65,18 @@ interface WireUsage {
 class InvalidReport extends Error {}
 
 const MAX_ENTRY_BYTES = 1024;
+/** A BucketId's entries: the levels of one path through the rules, and more than any rule has. */
+const MAX_BUCKET_ENTRIES = 64;
 
 function readUsage(wire: WireUsage, at: number): BucketUsage {
   const bucket = wire.bucket_id?.bucket;
   if (bucket === undefined || Object.keys(bucket).length === 0) {
     throw new InvalidReport(`bucket_quota_usages[${at}].bucket_id is empty`);
+  }
+  if (Object.keys(bucket).length > MAX_BUCKET_ENTRIES) {
+    throw new InvalidReport(
+      `bucket_quota_usages[${at}].bucket_id has more than ${MAX_BUCKET_ENTRIES} entries`,
+    );
   }
   for (const [key, value] of Object.entries(bucket)) {
     if (key.length + value.length > MAX_ENTRY_BYTES) {
@@ -143,6 +152,7 @@ interface ReportMessage {
 function readReport(
   message: ReportMessage,
   domain: string | undefined,
+  maxUsages: number,
 ): { domain: string; usages: BucketUsage[] } {
   if (message.domain) {
     if (domain !== undefined && domain !== message.domain) {
@@ -151,7 +161,14 @@ function readReport(
     domain = message.domain;
   }
   if (domain === undefined) throw new InvalidReport('the first report has no domain');
-  return { domain, usages: (message.bucket_quota_usages ?? []).map(readUsage) };
+  const usages = message.bucket_quota_usages ?? [];
+  // A stream holds at most maxUsages buckets, and a report names each of its buckets once.
+  if (usages.length > maxUsages) {
+    throw new InvalidReport(
+      `${usages.length} bucket_quota_usages in one report, more than the ${maxUsages} buckets a stream may hold (RLQS_MAX_BUCKETS_PER_STREAM)`,
+    );
+  }
+  return { domain, usages: usages.map(readUsage) };
 }
 
 export function createRlqsService(options: RlqsStreamOptions): RlqsService {
@@ -269,7 +286,7 @@ function serveStream(
     }
     let report: { domain: string; usages: BucketUsage[] };
     try {
-      report = readReport(message, domain);
+      report = readReport(message, domain, options.maxBucketsPerStream);
     } catch (error) {
       event({ kind: 'refused', reason: 'invalid' });
       end(grpc.status.INVALID_ARGUMENT, (error as Error).message);

@@ -55,6 +55,7 @@ beforeAll(async () => {
         maxBuckets: 3,
       }),
     maxStreams: 2,
+    maxBucketsPerStream: 3,
     maxReportsPerSecond: 20,
     staleMs: 60_000,
   });
@@ -123,6 +124,32 @@ describe('StreamRateLimitQuotas', () => {
     close();
     expect(status.code).toBe(grpc.status.INVALID_ARGUMENT);
     expect(status.details).toBe('the first report has no domain');
+  });
+
+  it('ends a report of more buckets than a stream holds, or of too many entries, as invalid', async () => {
+    const usage = (bucket: Record<string, string>) => ({
+      bucket_id: { bucket },
+      time_elapsed: { seconds: 1 },
+      num_requests_allowed: 1,
+    });
+    const wide = open();
+    wide.stream.write({
+      domain: 'quota',
+      bucket_quota_usages: ['a', 'b', 'c', 'd'].map((tenant) => usage({ tenant })),
+    });
+    const tooMany = await wide.ended;
+    wide.close();
+    expect(tooMany.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(tooMany.details).toBe(
+      '4 bucket_quota_usages in one report, more than the 3 buckets a stream may hold (RLQS_MAX_BUCKETS_PER_STREAM)',
+    );
+    const deep = open();
+    const entries = Object.fromEntries(Array.from({ length: 65 }, (_, n) => [`k${n}`, 'v']));
+    deep.stream.write({ domain: 'quota', bucket_quota_usages: [usage(entries)] });
+    const tooDeep = await deep.ended;
+    deep.close();
+    expect(tooDeep.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(tooDeep.details).toBe('bucket_quota_usages[0].bucket_id has more than 64 entries');
   });
 
   it('refuses a bucket past the per-stream bound, and a stream past the stream bound', async () => {
