@@ -148,7 +148,10 @@ interface ReportMessage {
   bucket_quota_usages?: WireUsage[];
 }
 
-/** The stream's domain after this message, and its usages; throws InvalidReport. */
+/**
+ * The stream's domain after this message, and its usages; throws InvalidReport, or
+ * BucketLimitError for more usages than the stream may hold buckets.
+ */
 function readReport(
   message: ReportMessage,
   domain: string | undefined,
@@ -162,10 +165,11 @@ function readReport(
   }
   if (domain === undefined) throw new InvalidReport('the first report has no domain');
   const usages = message.bucket_quota_usages ?? [];
-  // A stream holds at most maxUsages buckets, and a report names each of its buckets once.
+  // A stream holds at most maxUsages buckets, and a report names each of its buckets once: more
+  // is a stream past its bucket bound, refused as the session refuses one bucket more.
   if (usages.length > maxUsages) {
-    throw new InvalidReport(
-      `${usages.length} bucket_quota_usages in one report, more than the ${maxUsages} buckets a stream may hold (RLQS_MAX_BUCKETS_PER_STREAM)`,
+    throw new BucketLimitError(
+      `a report of ${usages.length} buckets: this stream may hold ${maxUsages} buckets, RLQS_MAX_BUCKETS_PER_STREAM`,
     );
   }
   return { domain, usages: usages.map(readUsage) };
@@ -288,8 +292,12 @@ function serveStream(
     try {
       report = readReport(message, domain, options.maxBucketsPerStream);
     } catch (error) {
-      event({ kind: 'refused', reason: 'invalid' });
-      end(grpc.status.INVALID_ARGUMENT, (error as Error).message);
+      const tooMany = error instanceof BucketLimitError;
+      event({ kind: 'refused', reason: tooMany ? 'buckets' : 'invalid' });
+      end(
+        tooMany ? grpc.status.RESOURCE_EXHAUSTED : grpc.status.INVALID_ARGUMENT,
+        (error as Error).message,
+      );
       return;
     }
     domain = report.domain;

@@ -126,7 +126,7 @@ describe('StreamRateLimitQuotas', () => {
     expect(status.details).toBe('the first report has no domain');
   });
 
-  it('ends a report of more buckets than a stream holds, or of too many entries, as invalid', async () => {
+  it('refuses a report of more buckets than a stream holds, and a bucket of too many entries', async () => {
     const usage = (bucket: Record<string, string>) => ({
       bucket_id: { bucket },
       time_elapsed: { seconds: 1 },
@@ -139,9 +139,9 @@ describe('StreamRateLimitQuotas', () => {
     });
     const tooMany = await wide.ended;
     wide.close();
-    expect(tooMany.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(tooMany.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
     expect(tooMany.details).toBe(
-      '4 bucket_quota_usages in one report, more than the 3 buckets a stream may hold (RLQS_MAX_BUCKETS_PER_STREAM)',
+      'a report of 4 buckets: this stream may hold 3 buckets, RLQS_MAX_BUCKETS_PER_STREAM',
     );
     const deep = open();
     const entries = Object.fromEntries(Array.from({ length: 65 }, (_, n) => [`k${n}`, 'v']));
