@@ -8,7 +8,7 @@
  */
 import cluster, { type Worker } from 'node:cluster';
 import { RulesError, SettingsError } from '../core/errors.js';
-import { createLogger, type Logger } from '../core/logger.js';
+import { createLogger, logProcessWarnings, type Logger } from '../core/logger.js';
 import {
   createMetrics,
   createMetricsAggregator,
@@ -54,6 +54,7 @@ export async function run(): Promise<void> {
   if (cluster.isWorker && process.env[WORKER_MARK] === '1') return runWorker();
   const settings = readSettings();
   const logger = createLogger(settings);
+  logProcessWarnings(logger);
   if (settings.workers === 1) return runAlone(settings, logger);
   if (!cluster.isPrimary) {
     throw new SettingsError('WORKERS: more than 1 needs tollgate to be its own cluster primary');
@@ -442,6 +443,7 @@ async function runWorker(): Promise<void> {
   try {
     const settings = readSettings();
     const logger = createLogger(settings).child({ worker: cluster.worker?.id });
+    logProcessWarnings(logger);
     const metrics = createMetrics({
       maxDetailedSeries: settings.metrics.maxDetailedSeries,
       referenceLabels: settings.compatMode === 'reference',

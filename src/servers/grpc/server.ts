@@ -5,6 +5,7 @@
 import type { Socket } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import { HealthImplementation } from 'grpc-health-check';
+import { grpcLogLine } from '../../core/logger.js';
 import type { Check, Decision, HeaderReader } from '../../core/check.js';
 import {
   createRequestDecoder,
@@ -96,14 +97,11 @@ const FAILED_BIND = /^No address added out of total \d+ resolved$/;
  * structured log and stderr keeps only what stops start-up. It is one setting for the process.
  */
 export function routeGrpcLogs(log: (line: string) => void): void {
-  grpc.setLogger({
-    error: (...args: unknown[]) => {
-      const line = args.map(String).join(' ');
-      if (!FAILED_BIND.test(line)) log(line);
-    },
-    info: (...args: unknown[]) => log(args.map(String).join(' ')),
-    debug: (...args: unknown[]) => log(args.map(String).join(' ')),
-  });
+  const each = (...args: unknown[]) => {
+    const line = grpcLogLine(args);
+    if (line !== undefined && !FAILED_BIND.test(line)) log(line);
+  };
+  grpc.setLogger({ error: each, info: each, debug: each });
 }
 
 /** Text values only: a `-bin` key's Buffers are not headers a check reads. */
