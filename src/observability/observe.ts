@@ -5,6 +5,7 @@ import { createMetrics, type Metrics, type RpcOutcome } from './metrics.js';
 import type { CheckEvent } from '../decision/outcome.js';
 import type { LocalCacheStats } from '../store/overLimitCache.js';
 import { createStatsd, withStatsd, type StatsdSettings } from './statsd.js';
+import type { Lookup } from './statsdAddress.js';
 import { createTracing, type Tracing } from './tracing.js';
 
 /**
@@ -48,6 +49,8 @@ export interface ObservabilityOptions {
   env: Record<string, string | undefined>;
   /** Where checks are counted; a new registry by default. */
   metrics?: Metrics;
+  /** How statsd looks STATSD_HOST up; node:dns's `lookup` by default. */
+  statsdLookup?: Lookup;
 }
 
 export function createObservability(options: ObservabilityOptions): Observability {
@@ -65,6 +68,7 @@ export function createObservability(options: ObservabilityOptions): Observabilit
       onError: (error) =>
         logger.warn({ err: error }, 'statsd: sending stats failed; they are dropped meanwhile'),
       onDroppedFlush: () => base.statsdFlushDropped(),
+      lookup: options.statsdLookup,
     });
   const metrics = withStatsd(base, statsd);
   const tracing = createTracing({ env: options.env });

@@ -27,13 +27,14 @@
  * are counted under `DOMAIN._overflow`. A statsd server that is down or slow costs nothing but
  * the lost stats: sends never wait, the transport bounds what waits for its socket and drops the
  * rest (each flush that lost a packet is counted), it reconnects by itself, and errors are logged
- * at most once a minute.
+ * at most once a minute. STATSD_HOST is looked up once, not per packet (statsdAddress.ts).
  */
 import type { CheckEvent, RuleOutcome } from '../decision/outcome.js';
 import { splitHits } from '../decision/outcome.js';
 import { statName } from '../rules/metricKey.js';
 import { LOCAL_CACHE_GAUGES, OVERFLOW_KEY, type Metrics } from './metrics.js';
 import type { LocalCacheStats } from '../store/overLimitCache.js';
+import type { Lookup } from './statsdAddress.js';
 import { createTcpTransport, createUdpTransport } from './statsdTransport.js';
 
 export interface StatsdSettings {
@@ -50,8 +51,13 @@ export interface StatsdOptions {
   maxDetailedSeries: number;
   /** A send failed: the statsd server is unreachable, say. Called at most once a minute. */
   onError?: (error: Error) => void;
-  /** A flush lost some or all of its packets: no connection, or a server that reads nothing. */
+  /**
+   * A flush lost some or all of its packets: no connection, a server that reads nothing, a name
+   * that does not resolve, a send that failed. Called at most once a flush.
+   */
   onDroppedFlush?: () => void;
+  /** How STATSD_HOST is looked up; node:dns's `lookup` by default. */
+  lookup?: Lookup;
 }
 
 export interface Statsd {
@@ -171,9 +177,11 @@ function packets(lines: readonly string[], packetBytes: number): string[] {
   return out;
 }
 
-export function createStatsd(settings: StatsdSettings, options: StatsdOptions): Statsd {
-  const names = createStatNames(settings.extraTags, options.maxDetailedSeries);
-  const pending = new Map<string, number>();
+/**
+ * The socket, with its errors reported at most once a minute, and its lost packets counted as
+ * dropped flushes, once a flush.
+ */
+function openTransport(settings: StatsdSettings, options: StatsdOptions) {
   let lastError = 0;
   const report = (error: Error) => {
     const now = Date.now();
@@ -181,11 +189,32 @@ export function createStatsd(settings: StatsdSettings, options: StatsdOptions): 
     lastError = now;
     options.onError?.(error);
   };
+  let flushes = 0;
+  /** The last flush counted as dropped. */
+  let droppedFlush = -1;
+  const dropped = () => {
+    if (droppedFlush === flushes) return;
+    droppedFlush = flushes;
+    options.onDroppedFlush?.();
+  };
   const transport = (settings.protocol === 'udp' ? createUdpTransport : createTcpTransport)({
     host: settings.host,
     port: settings.port,
     onError: report,
+    // A UDP send fails after its flush returned; it counts against the latest flush.
+    onLost: dropped,
+    lookup: options.lookup,
   });
+  const flushing = () => {
+    flushes += 1;
+  };
+  return { transport, flushing, dropped };
+}
+
+export function createStatsd(settings: StatsdSettings, options: StatsdOptions): Statsd {
+  const names = createStatNames(settings.extraTags, options.maxDetailedSeries);
+  const pending = new Map<string, number>();
+  const { transport, flushing, dropped } = openTransport(settings, options);
   const packetBytes = settings.protocol === 'udp' ? 1_432 : 8_192;
   /** The response times since the last flush, one line each, as the reference sends them. */
   let timings: string[] = [];
@@ -246,13 +275,12 @@ export function createStatsd(settings: StatsdSettings, options: StatsdOptions): 
       }
       pending.clear();
       timings = [];
+      flushing();
       // Stats the socket cannot take now are dropped, as the reference's stats library drops
       // them when its channel is full.
-      let dropped = false;
       for (const packet of packets(lines, packetBytes)) {
-        if (!transport.send(packet)) dropped = true;
+        if (!transport.send(packet)) dropped();
       }
-      if (dropped) options.onDroppedFlush?.();
     },
     async close() {
       clearInterval(timer);

@@ -12,9 +12,14 @@
  *
  * UDP sends each packet on its own, unconnected, so that no ICMP error ever closes it; at most
  * MAX_UDP_PENDING sends wait for the kernel.
+ *
+ * Both send to the address that STATSD_HOST resolved to (statsdAddress.ts): a name is looked up
+ * once, not for each packet or connection. While it has not resolved, packets are dropped.
  */
 import { createSocket, type Socket as UdpSocket } from 'node:dgram';
-import { connect, isIPv6, type Socket } from 'node:net';
+import { lookup as dnsLookup } from 'node:dns';
+import { connect, type Socket } from 'node:net';
+import { createStatsdAddress, type Lookup, type StatsdAddress } from './statsdAddress.js';
 
 export interface StatsdTransport {
   /** Hands one packet to the socket; false when it was dropped instead. */
@@ -25,8 +30,15 @@ export interface StatsdTransport {
 export interface TransportOptions {
   host: string;
   port: number;
-  /** A socket error, a refused connection say; the caller rate-limits its own reporting. */
+  /**
+   * A socket error, a refused connection or a name that does not resolve, say; the caller
+   * rate-limits its own reporting.
+   */
   onError(error: Error): void;
+  /** A packet that `send` took was lost after all: its UDP send failed. */
+  onLost?(): void;
+  /** How STATSD_HOST is looked up; node:dns's `lookup` by default. */
+  lookup?: Lookup;
 }
 
 const MAX_BACKLOG_BYTES = 256 * 1024;
@@ -37,9 +49,24 @@ const STALL_MS = 15_000;
 /** How long a close waits for the last packets to leave. */
 const CLOSE_MS = 500;
 
+function addressOf(options: TransportOptions, onResolved?: () => void): StatsdAddress {
+  return createStatsdAddress({
+    host: options.host,
+    lookup: options.lookup ?? dnsLookup,
+    onError: options.onError,
+    onResolved,
+  });
+}
+
 export function createTcpTransport(options: TransportOptions): StatsdTransport {
   const state: TcpState = {
     options,
+    // Connects at once when the name resolves, not at the next retry.
+    address: addressOf(options, () => {
+      if (state.socket !== undefined || state.closed) return;
+      clearTimeout(state.retry);
+      open(state);
+    }),
     socket: undefined,
     connected: false,
     closed: false,
@@ -57,6 +84,7 @@ export function createTcpTransport(options: TransportOptions): StatsdTransport {
 
 interface TcpState {
   readonly options: TransportOptions;
+  readonly address: StatsdAddress;
   socket: Socket | undefined;
   connected: boolean;
   closed: boolean;
@@ -70,7 +98,9 @@ interface TcpState {
 function open(state: TcpState): void {
   state.retry = undefined;
   if (state.closed) return;
-  const socket = connect({ host: state.options.host, port: state.options.port });
+  const target = state.address.current();
+  if (target === undefined) return retryLater(state);
+  const socket = connect({ host: target.address, port: state.options.port });
   state.socket = socket;
   socket.setNoDelay(true);
   socket.unref();
@@ -78,19 +108,27 @@ function open(state: TcpState): void {
     state.connected = true;
     state.retryMs = FIRST_RETRY_MS;
     state.stalledSince = undefined;
+    state.address.worked();
   });
   // What the server says is not read; draining it keeps its bytes from piling up here.
   socket.on('data', ignore);
-  socket.on('error', (error) => state.options.onError(error));
+  socket.on('error', (error) => {
+    state.address.failed();
+    state.options.onError(error);
+  });
   socket.on('close', () => {
     if (state.socket !== socket) return;
     state.socket = undefined;
     state.connected = false;
-    if (state.closed) return;
-    state.retry = setTimeout(open, state.retryMs, state);
-    state.retry.unref();
-    state.retryMs = Math.min(MAX_RETRY_MS, state.retryMs * 2);
+    retryLater(state);
   });
+}
+
+function retryLater(state: TcpState): void {
+  if (state.closed) return;
+  state.retry = setTimeout(open, state.retryMs, state);
+  state.retry.unref();
+  state.retryMs = Math.min(MAX_RETRY_MS, state.retryMs * 2);
 }
 
 function sendTcp(state: TcpState, packet: string): boolean {
@@ -121,6 +159,7 @@ function stalled(state: TcpState, socket: Socket): boolean {
 async function closeTcp(state: TcpState): Promise<void> {
   state.closed = true;
   clearTimeout(state.retry);
+  state.address.close();
   const { socket } = state;
   if (socket === undefined) return;
   await new Promise<void>((resolve) => {
@@ -137,33 +176,52 @@ async function closeTcp(state: TcpState): Promise<void> {
 }
 
 export function createUdpTransport(options: TransportOptions): StatsdTransport {
-  const socket: UdpSocket = createSocket(isIPv6(options.host) ? 'udp6' : 'udp4');
-  socket.unref();
-  socket.on('error', (error) => options.onError(error));
+  const address = addressOf(options);
+  /** One socket per address family, made when an address of that family is first sent to. */
+  const sockets = new Map<4 | 6, UdpSocket>();
+  const socketFor = (family: 4 | 6): UdpSocket => {
+    let socket = sockets.get(family);
+    if (socket === undefined) {
+      socket = createSocket(family === 6 ? 'udp6' : 'udp4');
+      socket.unref();
+      socket.on('error', (error) => options.onError(error));
+      sockets.set(family, socket);
+    }
+    return socket;
+  };
   let pending = 0;
   let closed = false;
   const sent = (error: Error | null) => {
     pending -= 1;
-    if (error) options.onError(error);
+    if (error === null) return address.worked();
+    address.failed();
+    options.onLost?.();
+    options.onError(error);
   };
   return {
     send(packet) {
-      if (closed || pending >= MAX_UDP_PENDING) return false;
+      const target = address.current();
+      if (closed || target === undefined || pending >= MAX_UDP_PENDING) return false;
       pending += 1;
-      socket.send(packet, options.port, options.host, sent);
+      socketFor(target.family).send(packet, options.port, target.address, sent);
       return true;
     },
-    close() {
+    async close() {
       closed = true;
-      return new Promise((resolve) => {
-        const timer = setTimeout(resolve, CLOSE_MS);
-        socket.close(() => {
-          clearTimeout(timer);
-          resolve();
-        });
-      });
+      address.close();
+      await Promise.all([...sockets.values()].map(closeUdp));
     },
   };
+}
+
+function closeUdp(socket: UdpSocket): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, CLOSE_MS);
+    socket.close(() => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
 }
 
 function ignore(): void {

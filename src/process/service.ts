@@ -5,6 +5,7 @@ import { createHealth } from './health.js';
 import { createLogger, type Logger } from '../core/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import { createObservability } from '../observability/observe.js';
+import type { Lookup } from '../observability/statsdAddress.js';
 import { createRulesSource } from '../rules/rulesSource.js';
 import { createServers, type ListeningPorts } from '../servers/servers.js';
 import type { Settings } from './settings.js';
@@ -30,6 +31,8 @@ export interface ServiceOptions {
   metrics?: Metrics;
   /** What GET /metrics answers; `metrics` alone by default. A worker answers every worker's sum. */
   metricsExposition?: () => Promise<{ contentType: string; body: string }>;
+  /** How statsd looks STATSD_HOST up; node:dns's `lookup` by default. */
+  statsdLookup?: Lookup;
 }
 
 export interface Service {
@@ -46,7 +49,8 @@ export function createService(options: ServiceOptions): Service {
   const clock = options.clock ?? Date.now;
   const env = options.env ?? process.env;
   const logger = options.logger ?? createLogger(settings);
-  const observability = createObservability({ settings, logger, env, metrics: options.metrics });
+  // Its settings, metrics and statsd lookup are the options'.
+  const observability = createObservability({ ...options, logger, env });
   const { metrics } = observability;
   const rules = createRulesSource(settings, logger, {
     configLoad: (ok) => metrics.configLoad(ok),
