@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process';
+import { createSocket } from 'node:dgram';
 import { constants, mkdtempSync, open, openSync, closeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -121,6 +122,31 @@ describe('statsd to a name whose DNS hangs (R10)', () => {
     }
     expect(taken).toBe(0);
     expect(dns.started()).toBe(1);
+  });
+
+  it('looks the name up again after a failure, and sends once it resolves', async () => {
+    const server = createSocket('udp4');
+    const lines: string[] = [];
+    server.on('message', (message) => lines.push(message.toString('utf8')));
+    await new Promise<void>((resolve) => server.bind(0, '127.0.0.1', () => resolve()));
+    releases.push(() => server.close());
+    let lookups = 0;
+    const lookup: Lookup = (_host, _options, callback) => {
+      lookups += 1;
+      if (lookups === 1) callback(new Error('getaddrinfo EAI_AGAIN statsd.example'), '', 0);
+      else callback(null, '127.0.0.1', 4);
+    };
+    const errors: Error[] = [];
+    transport = createUdpTransport({
+      host: 'statsd.example',
+      port: server.address().port,
+      onError: (error) => errors.push(error),
+      lookup,
+    });
+    const udp = transport;
+    await eventually(async () => udp.send('tollgate.test:1|c') && lines.length > 0, 5_000);
+    expect(lookups).toBe(2);
+    expect(errors.map((error) => error.message)).toEqual(['getaddrinfo EAI_AGAIN statsd.example']);
   });
 
   it('checks recover after Redis drops the connection, while statsd sends', async () => {
