@@ -58,6 +58,7 @@ beforeAll(async () => {
     maxBucketsPerStream: 3,
     maxReportsPerSecond: 20,
     staleMs: 60_000,
+    maxQueuedBytes: 1 << 20,
   });
   server = createGrpcServer({
     decide: () => Promise.reject(new Error('no classic checks here')),
