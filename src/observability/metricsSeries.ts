@@ -38,6 +38,7 @@ const BOUNDS = [
   'rlqs_buckets',
   'rlqs_reports',
   'rlqs_stale',
+  'rlqs_queued_bytes',
 ] as const;
 export type Bound = (typeof BOUNDS)[number];
 

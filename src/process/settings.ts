@@ -300,6 +300,7 @@ function readRlqs(env: Env): RlqsSettings | undefined {
     maxBucketsPerStream: integer(env, 'RLQS_MAX_BUCKETS_PER_STREAM', 1_000, 1, 1_000_000),
     maxReportsPerSecond: integer(env, 'RLQS_MAX_REPORTS_PER_SECOND', 20, 1, 10_000),
     staleMs: duration(env, 'RLQS_STALE_STREAM', '10m', 1_000),
+    maxQueuedBytes: integer(env, 'RLQS_MAX_QUEUED_BYTES', 16 * 1024 * 1024, 1, 2 ** 40),
     ttlFloorMs: duration(env, 'RLQS_ASSIGNMENT_TTL_FLOOR', '2s', 1_000),
     maxConsumersPerPool: integer(env, 'RLQS_MAX_CONSUMERS_PER_POOL', 1_000, 1, 100_000),
   };

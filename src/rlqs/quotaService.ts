@@ -61,6 +61,7 @@ export function createQuotaService(options: QuotaServiceOptions): RlqsService {
     maxBucketsPerStream: settings.maxBucketsPerStream,
     maxReportsPerSecond: settings.maxReportsPerSecond,
     staleMs: settings.staleMs,
+    maxQueuedBytes: settings.maxQueuedBytes,
     onEvent: options.onEvent,
     onInternalError: options.onInternalError,
   });

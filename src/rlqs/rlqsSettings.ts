@@ -10,6 +10,8 @@ export interface RlqsSettings {
   maxReportsPerSecond: number;
   /** RLQS_STALE_STREAM: a stream with no report for this long is ended. */
   staleMs: number;
+  /** RLQS_MAX_QUEUED_BYTES: bytes of answers a stream's client has not taken yet. */
+  maxQueuedBytes: number;
   /** RLQS_ASSIGNMENT_TTL_FLOOR: the least time to live of an assignment. */
   ttlFloorMs: number;
   /** RLQS_MAX_CONSUMERS_PER_POOL: buckets across streams that one rule's counter is shared by. */

@@ -6,7 +6,12 @@
  * - buckets per stream (the session refuses one more, and the stream ends RESOURCE_EXHAUSTED);
  * - reports per second per stream, over a burst of a few seconds' worth;
  * - a stream that sends no report for the stale time is ended (CANCELLED), its demand left to
- *   expire in the store.
+ *   expire in the store;
+ * - bytes of answers not yet taken by the client, and of reports waiting for theirs: past the
+ *   bound, the stream ends RESOURCE_EXHAUSTED. grpc-js queues every answer a client does not
+ *   read, without a bound.
+ * A stream's status goes after its queued answers, so a client that does not read would hold an
+ * ended stream, and a shutdown, for ever: a stream still open a second after it ended is reset.
  * A malformed report ends its stream with INVALID_ARGUMENT naming the fault; a store failure
  * (or no rules yet, over xDS) answers UNAVAILABLE, and Envoy falls back to its expired-assignment behaviour.
  */
@@ -16,6 +21,20 @@ import { NoRulesError, StoreError } from '../core/errors.js';
 import type { Bucket } from './buckets.js';
 import { BucketLimitError, type BucketAction, type BucketUsage, type Session } from './session.js';
 
+/** What the gRPC server gives each stream beside grpc-js's call. */
+export interface RlqsTransport {
+  /**
+   * Resets the call's HTTP/2 stream, dropping what it has not sent, unless it closed already:
+   * RESOURCE_EXHAUSTED as ENHANCE_YOUR_CALM, any other code as CANCEL.
+   */
+  reset(code: grpc.status): void;
+}
+
+export type RlqsStreamHandler = (
+  call: grpc.ServerDuplexStream<unknown, unknown>,
+  transport: RlqsTransport,
+) => void;
+
 export interface RlqsStreamOptions {
   /** A new stream's session, under a name unique across instances. */
   session(streamId: string): Session;
@@ -24,6 +43,8 @@ export interface RlqsStreamOptions {
   maxBucketsPerStream: number;
   maxReportsPerSecond: number;
   staleMs: number;
+  /** RLQS_MAX_QUEUED_BYTES: bytes of answers a stream's client has not taken yet. */
+  maxQueuedBytes: number;
   /** Told of each report answered, stream opened and closed, for metrics. */
   onEvent?(event: RlqsEvent): void;
   /** Told of a failure that is a bug, for the log; the stream ends INTERNAL. */
@@ -39,12 +60,15 @@ export type RlqsEvent =
       denied: number;
       actions: readonly BucketAction[];
     }
-  | { kind: 'refused'; reason: 'streams' | 'buckets' | 'reports' | 'invalid' | 'stale' }
+  | {
+      kind: 'refused';
+      reason: 'streams' | 'buckets' | 'reports' | 'invalid' | 'stale' | 'queued_bytes';
+    }
   /** Reported allowed requests past their rule's limit in its window (session.ts). */
   | { kind: 'over_admitted'; requests: number };
 
 export interface RlqsService {
-  handler: grpc.handleBidiStreamingCall<unknown, unknown>;
+  handler: RlqsStreamHandler;
   streams(): number;
   /** Buckets held by the open streams. */
   buckets(): number;
@@ -179,7 +203,7 @@ export function createRlqsService(options: RlqsStreamOptions): RlqsService {
   let open = 0;
   const sessions = new Map<Session, (code: grpc.status, details: string) => void>();
   const event = (e: RlqsEvent) => options.onEvent?.(e);
-  const handler: grpc.handleBidiStreamingCall<unknown, unknown> = (call) => {
+  const handler: RlqsStreamHandler = (call, transport) => {
     if (open >= options.maxStreams) {
       event({ kind: 'refused', reason: 'streams' });
       call.emit('error', {
@@ -191,7 +215,8 @@ export function createRlqsService(options: RlqsStreamOptions): RlqsService {
     open += 1;
     event({ kind: 'stream', open });
     const session = options.session(randomUUID());
-    const end = serveStream(call, session, options, event, () => {
+    const output = createOutput(call, transport, options.maxQueuedBytes);
+    const end = serveStream(call, output, session, options, event, () => {
       open -= 1;
       sessions.delete(session);
       event({ kind: 'stream', open });
@@ -211,8 +236,79 @@ export function createRlqsService(options: RlqsStreamOptions): RlqsService {
   return { handler, streams: () => open, buckets, close };
 }
 
+/** How long an ended stream may take to send what it queued and its status. */
+const FLUSH_MS = 1_000;
+
+/** The stream's way to its client: its answers, what of them waits, and its end. */
+interface StreamOutput {
+  /**
+   * Counts the answer to a report, about `bytes`, as queued from now until it has left for the
+   * client; false when it would take what is queued past the bound (one alone always goes).
+   */
+  reserve(bytes: number): boolean;
+  /** Writes a reserved answer; undefined: there is none, its bytes leave the queue. */
+  send(answer: object | undefined, bytes: number): void;
+  /** Ends the stream with this status (OK: a plain end), reset if still open a second later. */
+  end(code: grpc.status, details: string): void;
+  ended(): boolean;
+  /** The call closed: nothing more is sent. */
+  close(): void;
+}
+
+function createOutput(
+  call: grpc.ServerDuplexStream<unknown, unknown>,
+  transport: RlqsTransport,
+  maxQueuedBytes: number,
+): StreamOutput {
+  let queued = 0;
+  let ended = false;
+  return {
+    reserve(bytes) {
+      if (queued > 0 && queued + bytes > maxQueuedBytes) return false;
+      queued += bytes;
+      return true;
+    },
+    send(answer, bytes) {
+      if (answer === undefined || ended) queued -= bytes;
+      // The callback comes once the answer has left for the client, or the call was destroyed.
+      else call.write(answer, () => (queued -= bytes));
+    },
+    end(code, details) {
+      if (ended) return;
+      ended = true;
+      if (code === grpc.status.OK) call.end();
+      else call.emit('error', { code, details });
+      // The status waits behind every answer queued: a client that does not read never gets
+      // it, and the stream would stay open, its answers held.
+      const flush = setTimeout(() => {
+        transport.reset(code);
+        call.destroy();
+      }, FLUSH_MS);
+      flush.unref();
+    },
+    ended: () => ended,
+    close() {
+      ended = true;
+    },
+  };
+}
+
+/**
+ * About the size of the answer to these usages on the wire: each bucket's id, echoed, and its
+ * action's fields. A report is about as large.
+ */
+function answerBytes(usages: readonly BucketUsage[]): number {
+  let bytes = 0;
+  for (const usage of usages) {
+    bytes += 64;
+    for (const [key, value] of Object.entries(usage.bucket)) bytes += key.length + value.length + 8;
+  }
+  return bytes;
+}
+
 function serveStream(
   call: grpc.ServerDuplexStream<unknown, unknown>,
+  output: StreamOutput,
   session: Session,
   options: RlqsStreamOptions,
   event: (e: RlqsEvent) => void,
@@ -220,13 +316,8 @@ function serveStream(
 ): (code: grpc.status, details: string) => void {
   const allowance = reportAllowance(options.maxReportsPerSecond);
   let domain: string | undefined;
-  let ended = false;
   let chain = Promise.resolve();
-  const end = (code: grpc.status, details: string) => {
-    if (ended) return;
-    ended = true;
-    call.emit('error', { code, details });
-  };
+  const end = output.end;
   const stale = setInterval(
     () => {
       if (performance.now() - allowance.lastAt() < options.staleMs) return;
@@ -240,7 +331,7 @@ function serveStream(
   const closeOnce = () => {
     if (closed) return;
     closed = true;
-    ended = true;
+    output.close();
     clearInterval(stale);
     void session.close();
     release();
@@ -249,23 +340,20 @@ function serveStream(
   call.on('error', () => undefined);
   // Envoy closed its side: answer what is in flight, then end with OK.
   call.on('end', () => {
-    void chain.then(() => {
-      if (ended) return;
-      ended = true;
-      call.end();
-    });
+    void chain.then(() => end(grpc.status.OK, 'OK'));
   });
 
-  const answer = async (reported: string, usages: BucketUsage[]) => {
-    if (ended) return;
+  const answer = async (reported: string, usages: BucketUsage[], bytes: number) => {
+    if (output.ended()) return output.send(undefined, bytes);
     try {
       const actions = await session.report(reported, usages);
-      if (ended) return;
+      if (output.ended()) return output.send(undefined, bytes);
       const allowed = usages.reduce((sum, usage) => sum + usage.allowed, 0);
       const denied = usages.reduce((sum, usage) => sum + usage.denied, 0);
       event({ kind: 'report', buckets: usages.length, allowed, denied, actions });
-      call.write({ bucket_action: actions.map(wireAction) });
+      output.send({ bucket_action: actions.map(wireAction) }, bytes);
     } catch (error) {
+      output.send(undefined, bytes);
       if (error instanceof BucketLimitError) {
         event({ kind: 'refused', reason: 'buckets' });
         end(grpc.status.RESOURCE_EXHAUSTED, error.message);
@@ -279,7 +367,7 @@ function serveStream(
   };
 
   call.on('data', (message: ReportMessage) => {
-    if (ended) return;
+    if (output.ended()) return;
     if (!allowance.take(performance.now())) {
       event({ kind: 'refused', reason: 'reports' });
       end(
@@ -301,7 +389,18 @@ function serveStream(
       return;
     }
     domain = report.domain;
-    chain = chain.then(() => answer(report.domain, report.usages));
+    // Reports waiting for their answers count as queued too: a report that comes faster than
+    // its answers leave waits in this process, as its answer would.
+    const bytes = answerBytes(report.usages);
+    if (!output.reserve(bytes)) {
+      event({ kind: 'refused', reason: 'queued_bytes' });
+      end(
+        grpc.status.RESOURCE_EXHAUSTED,
+        `more than ${options.maxQueuedBytes} bytes of answers wait for the client to read them, RLQS_MAX_QUEUED_BYTES`,
+      );
+      return;
+    }
+    chain = chain.then(() => answer(report.domain, report.usages, bytes));
   });
   return end;
 }

@@ -1,4 +1,4 @@
-import type { handleBidiStreamingCall } from '@grpc/grpc-js';
+import type { RlqsStreamHandler } from '../rlqs/stream.js';
 import type { Check, Decision, HeaderReader } from '../core/check.js';
 import { SettingsError } from '../core/errors.js';
 import type { RequestLimits } from './grpc/codec.js';
@@ -70,7 +70,7 @@ export interface ServersOptions {
   /** What the servers count: requests refused as malformed, and bounds reached. */
   events: ServerEvents;
   /** RLQS's StreamRateLimitQuotas on the gRPC port (rlqs/stream.ts); unset: not offered. */
-  rlqs?: handleBidiStreamingCall<unknown, unknown>;
+  rlqs?: RlqsStreamHandler;
 }
 
 export interface ServerEvents {

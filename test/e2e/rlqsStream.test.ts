@@ -1,18 +1,27 @@
 // StreamRateLimitQuotas over a real gRPC server and client, on the in-memory store: reports in,
 // assignments out; health and bounds of its own; the short-call guard does not end its streams.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import http2 from 'node:http2';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
+import type * as protoLoader from '@grpc/proto-loader';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ownCounting } from '../../src/decision/counting.js';
 import { ruleQuota } from '../../src/decision/quota.js';
+import { packageDefinition, rlqsServiceName } from '../../src/core/protos.js';
 import { loadRules } from '../../src/rules/loadRules.js';
 import { createMemoryDemand } from '../../src/rlqs/demand.js';
 import { createSession } from '../../src/rlqs/session.js';
 import { createRlqsService, type RlqsService } from '../../src/rlqs/stream.js';
-import { createGrpcServer, type GrpcServer } from '../../src/servers/grpc/server.js';
+import {
+  createGrpcServer,
+  RLQS_STREAM_PATH,
+  type GrpcServer,
+} from '../../src/servers/grpc/server.js';
 import { createMemoryStore } from '../../src/store/memoryStore.js';
+import { grpcFrame } from '../support/rawGrpc.js';
 import { openRlqs, rlqsHealth, usageReport } from '../support/rlqsClient.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'tollgate-rlqs-stream-'));
@@ -32,6 +41,8 @@ const CALL_TIMEOUT_MS = 400;
 let server: GrpcServer;
 let rlqs: RlqsService;
 let address: string;
+/** The bounds the service refused something by, in order. */
+const refused: string[] = [];
 
 beforeAll(async () => {
   const store = createMemoryStore();
@@ -58,6 +69,10 @@ beforeAll(async () => {
     maxBucketsPerStream: 3,
     maxReportsPerSecond: 20,
     staleMs: 60_000,
+    maxQueuedBytes: 1 << 20,
+    onEvent: (event) => {
+      if (event.kind === 'refused') refused.push(event.reason);
+    },
   });
   server = createGrpcServer({
     decide: () => Promise.reject(new Error('no classic checks here')),
@@ -83,6 +98,8 @@ afterAll(async () => {
 });
 
 const open = () => openRlqs(address);
+const encodeReport = (packageDefinition[rlqsServiceName] as protoLoader.ServiceDefinition)
+  .StreamRateLimitQuotas!.requestSerialize;
 const report = (bucket: Record<string, string>, allowed: number, domain?: string) =>
   usageReport(bucket, allowed, domain);
 
@@ -169,6 +186,51 @@ describe('StreamRateLimitQuotas', () => {
       expect(status.details).toMatch(/3 buckets, RLQS_MAX_BUCKETS_PER_STREAM/);
     } finally {
       for (const s of [one, two, three]) s.close();
+    }
+  });
+
+  it('ends a stream whose client stops reading once RLQS_MAX_QUEUED_BYTES wait, naming it', async () => {
+    // A raw HTTP/2 client whose streams have no window: the answers wait in the server.
+    const session = http2.connect(`http://${address}`, { settings: { initialWindowSize: 0 } });
+    session.on('error', () => undefined);
+    try {
+      const stream = session.request(
+        {
+          ':method': 'POST',
+          ':path': RLQS_STREAM_PATH,
+          'content-type': 'application/grpc',
+          te: 'trailers',
+        },
+        { endStream: false },
+      );
+      stream.on('error', () => undefined);
+      const trailers = new Promise<http2.IncomingHttpHeaders>((resolve) =>
+        stream.once('trailers', resolve),
+      );
+      stream.resume();
+      // Buckets of 63 entries of 1,000 bytes: each report of 3 is answered with about 190 KB.
+      const wide = Object.fromEntries(
+        Array.from({ length: 63 }, (_, n) => [`key${n}`.padEnd(8, '_'), 'v'.repeat(992)]),
+      );
+      const usages = ['a', 'b', 'c'].map((tenant) => ({
+        bucket_id: { bucket: { ...wide, tenant } },
+        time_elapsed: { seconds: 1 },
+        num_requests_allowed: 1,
+      }));
+      const frame = grpcFrame(encodeReport({ domain: 'quota', bucket_quota_usages: usages }));
+      for (let n = 0; n < 12; n++) stream.write(frame);
+      for (let n = 0; n < 300 && !refused.includes('queued_bytes'); n++) await sleep(10);
+      expect(refused).toContain('queued_bytes');
+      // A client that reads again within a second gets the answers queued, then the status.
+      session.settings({ initialWindowSize: 1 << 24 });
+      expect(await trailers).toMatchObject({
+        'grpc-status': String(grpc.status.RESOURCE_EXHAUSTED),
+        'grpc-message': encodeURI(
+          'more than 1048576 bytes of answers wait for the client to read them, RLQS_MAX_QUEUED_BYTES',
+        ),
+      });
+    } finally {
+      session.destroy();
     }
   });
 

@@ -25,6 +25,7 @@
  * behind for a day. One sweep every second ages every connection and times every call instead.
  */
 import http2 from 'node:http2';
+import { createMessageFraming } from './messageFraming.js';
 
 export interface GuardOptions {
   /** Connections at once, per listening address. */
@@ -64,8 +65,10 @@ export interface Guard {
   watch(stream: http2.ServerHttp2Stream): void;
   /**
    * Counts a long-lived stream (RLQS) as open on its connection, so the idle bound leaves the
-   * connection alone, without the call timeout, the call count or the byte budget, which would
-   * end it: such streams carry bounds of their own. The connection's age still ends it.
+   * connection alone, without the call timeout or the call count, which would end it: such
+   * streams carry bounds of their own. The bytes of a message of it still arriving count in the
+   * byte budget, as a short call's request does, and leave it once the message has arrived. The
+   * connection's age still ends it.
    */
   hold(stream: http2.ServerHttp2Stream): void;
   /**
@@ -126,7 +129,11 @@ export function createGuard(options: GuardOptions): Guard {
         receiving: 0,
         connection: connections.join(stream),
       };
-      stream.once('close', () => connections.leave(held));
+      budgetMessages(calls, stream, held);
+      stream.once('close', () => {
+        calls.arrived(held);
+        connections.leave(held);
+      });
     },
     admit: calls.admit,
     receive: calls.receive,
@@ -250,6 +257,28 @@ function watchStream(calls: CallCount, stream: http2.ServerHttp2Stream): void {
     stream.off('data', onData);
   });
   stream.once('close', () => calls.release(stream, call));
+}
+
+/**
+ * Counts the bytes of a long-lived stream's message still arriving, message by message: a stream
+ * that holds a message unfinished holds its bytes, which grpc-js buffers until it is whole.
+ */
+function budgetMessages(
+  calls: CallCount,
+  stream: http2.ServerHttp2Stream,
+  call: GuardedCall,
+): void {
+  const framing = createMessageFraming();
+  const onData = (chunk: Buffer) => {
+    const unfinished = framing.add(chunk);
+    calls.arrived(call);
+    if (unfinished > 0 && !calls.receive(stream, call, unfinished)) stream.off('data', onData);
+  };
+  stream.on('data', onData);
+  stream.once('end', () => {
+    calls.arrived(call);
+    stream.off('data', onData);
+  });
 }
 
 function applyConnectionBounds(

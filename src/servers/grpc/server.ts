@@ -2,6 +2,7 @@
  * The gRPC server: Envoy's RLS as a thin adapter over `decide`, plus grpc.health.v1 and server
  * reflection (so grpcurl and ghz need no proto file). The core knows nothing of gRPC.
  */
+import http2 from 'node:http2';
 import type { Socket } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import { HealthImplementation } from 'grpc-health-check';
@@ -25,6 +26,7 @@ import {
   shouldRateLimitMethod,
 } from '../../core/protos.js';
 import type * as protoLoader from '@grpc/proto-loader';
+import type { RlqsStreamHandler } from '../../rlqs/stream.js';
 import { addReflection } from './reflection.js';
 import { toGrpcStatus } from './status.js';
 
@@ -57,10 +59,10 @@ export interface GrpcServerOptions {
   clientSan?: string;
   /**
    * Serves RLQS's StreamRateLimitQuotas (see rlqs/stream.ts), with health of its own name. Its
-   * streams live long: the guard counts them on their connections but neither times them out nor
-   * budgets their bytes.
+   * streams live long: the guard counts them on their connections and budgets the bytes of a
+   * message still arriving, but does not time them out.
    */
-  rlqs?: grpc.handleBidiStreamingCall<unknown, unknown>;
+  rlqs?: RlqsStreamHandler;
 }
 
 export interface GrpcServer {
@@ -207,14 +209,44 @@ function addRateLimitService(
 }
 
 /** RLQS on grpc-js, with proto-loader's (de)serializers. */
-function addRlqsService(
-  server: grpc.Server,
-  handler: grpc.handleBidiStreamingCall<unknown, unknown>,
-): void {
+function addRlqsService(server: grpc.Server, handler: RlqsStreamHandler): void {
   const service = packageDefinition[rlqsServiceName] as protoLoader.ServiceDefinition;
+  const serve: grpc.handleBidiStreamingCall<unknown, unknown> = (call) =>
+    handler(call, { reset: (code) => resetCall(call, code) });
   server.addService(service as unknown as grpc.ServiceDefinition, {
-    StreamRateLimitQuotas: handler,
+    StreamRateLimitQuotas: serve,
   });
+}
+
+/**
+ * Resets the HTTP/2 stream of one of grpc-js's calls. grpc-js gives no public way to it: its call
+ * keeps the stream as `stream`, under the interceptors' `nextCall`s. Without it (grpc-js changed),
+ * the call is destroyed, which drops the answers it queued.
+ */
+function resetCall(call: grpc.ServerDuplexStream<unknown, unknown>, code: grpc.status): void {
+  const stream = http2StreamOf(call);
+  if (stream === undefined) {
+    call.destroy();
+  } else if (!stream.closed && !stream.destroyed) {
+    const { NGHTTP2_ENHANCE_YOUR_CALM, NGHTTP2_CANCEL } = http2.constants;
+    stream.close(
+      code === grpc.status.RESOURCE_EXHAUSTED ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_CANCEL,
+    );
+  }
+}
+
+type CallLayer = { stream?: unknown; nextCall?: unknown; call?: unknown };
+
+function http2StreamOf(call: object): http2.ServerHttp2Stream | undefined {
+  let layer = (call as CallLayer).call;
+  for (let depth = 0; depth < 16 && typeof layer === 'object' && layer !== null; depth++) {
+    const { stream, nextCall } = layer as CallLayer;
+    if (typeof stream === 'object' && stream !== null && 'rstCode' in stream) {
+      return stream as http2.ServerHttp2Stream;
+    }
+    layer = nextCall;
+  }
+  return undefined;
 }
 
 type CheckOptions = Pick<GrpcServerOptions, 'decide' | 'onInternalError' | 'onInvalidRequest'>;
