@@ -1,6 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { runToExit, spawnTollgate, type TollgateProcess } from '../support/processes.js';
-import { README_ACL_COMMANDS, startRedis, type TestRedis } from '../support/redis.js';
+import { freePort } from '../support/ports.js';
+import { README_ACL_COMMANDS, spawnRedisOn, startRedis, type TestRedis } from '../support/redis.js';
 import { callCheck, d, eventually } from '../support/tollgate.js';
 
 // REDIS_URL's database must be the one counters go to. ioredis sends SELECT on each connection,
@@ -42,8 +43,9 @@ async function setUser(user: string, ...changes: string[]): Promise<void> {
 }
 
 /** How many keys database `db` holds, asked on a connection of its own. */
-async function keysIn(db: number): Promise<number> {
-  const client = redis.client.duplicate({ db });
+async function keysIn(db: number, server: TestRedis = redis): Promise<number> {
+  const client = server.client.duplicate({ db });
+  client.on('error', () => undefined);
   try {
     return await client.dbsize();
   } finally {
@@ -116,6 +118,40 @@ describe('a database that cannot be selected', () => {
     expect(await check(tollgate)).toBe('OK');
     expect(await keysIn(0)).toBe(0);
     expect(await keysIn(2)).toBeGreaterThanOrEqual(inTwo);
+  });
+
+  it('on a reconnect to a server restarted with fewer databases, the same', async () => {
+    const port = await freePort();
+    let server = await spawnRedisOn(port, ['--databases', '4']);
+    try {
+      const tollgate = await spawnTollgate(RULES, {
+        REDIS_URL: `redis://127.0.0.1:${port}/3`,
+        REDIS_TIMEOUT: '1s',
+      });
+      running.push(tollgate);
+      expect(await check(tollgate)).toBe('OK');
+
+      await server.stop();
+      server = await spawnRedisOn(port, ['--databases', '2']);
+      await eventually(async () => (await healthcheck(tollgate))[0] === 500);
+      expect(await healthcheck(tollgate)).toEqual([
+        500,
+        'NOT_SERVING: store refuses checks (FAILURE_MODE=error): redis: REDIS_URL: database 3 ' +
+          'cannot be selected: ERR DB index is out of range',
+      ]);
+      expect(await check(tollgate)).toMatch(/^14 UNAVAILABLE/);
+      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      expect(await keysIn(0, server)).toBe(0);
+
+      await server.stop();
+      server = await spawnRedisOn(port, ['--databases', '4']);
+      await eventually(async () => (await healthcheck(tollgate))[0] === 200);
+      expect(await check(tollgate)).toBe('OK');
+      expect(await keysIn(0, server)).toBe(0);
+      expect(await keysIn(3, server)).toBeGreaterThan(0);
+    } finally {
+      await server.stop();
+    }
   });
 
   it('serves README least-privilege user on database 2 once it has +select', async () => {
