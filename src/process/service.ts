@@ -111,6 +111,8 @@ export function createService(options: ServiceOptions): Service {
   return {
     async start() {
       await rules.start();
+      // A REDIS_URL that cannot work (a database that cannot be selected) stops start-up here.
+      await opened.firstConnection();
       await health.start(options.healthIntervalMs ?? 1_000);
       updateHealth();
       const ports = await servers.listen();

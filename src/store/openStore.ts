@@ -16,6 +16,11 @@ export interface OpenedStore {
   localCacheStats: (() => LocalCacheStats) | undefined;
   /** The Redis connection beneath, for calls of other kinds (RLQS's demand); none in memory. */
   redis: RedisAccess | undefined;
+  /**
+   * Waits, briefly, for the first connection to Redis; rejects with a SettingsError when REDIS_URL
+   * cannot work (its database cannot be selected), so that start-up stops. Memory: resolves.
+   */
+  firstConnection: () => Promise<void>;
 }
 
 /** The settings the store reads. */
@@ -53,10 +58,12 @@ export function openStore(settings: StoreSettings, options: OpenStoreOptions): O
             { silentMs, waiting },
             'redis answered nothing while calls waited; reconnecting to release them',
           ),
+        onWarning: (message) => logger.warn(message),
       })
     : undefined;
   const backend: Store = redisStore ?? createMemoryStore({ clock });
   const redis = redisStore?.access;
+  const firstConnection = async () => redisStore?.firstConnection();
   const size = settings.overLimitCacheSize;
   const cacheOptions = {
     size,
@@ -67,12 +74,13 @@ export function openStore(settings: StoreSettings, options: OpenStoreOptions): O
   if (size > 0 && settings.compatMode === 'reference') {
     // Reference counting never refunds, so this cache stays on a cluster, as the reference's does.
     const store = withLocalCache(backend, cacheOptions);
-    return { store, localCacheStats: () => store.localCacheStats(), redis };
+    return { store, localCacheStats: () => store.localCacheStats(), redis, firstConnection };
   }
   // The exact cache is off on a cluster: a denial that spans slots refunds what it took, so a
   // count may fall early.
   if (size > 0 && settings.redis?.type !== 'cluster') {
-    return { store: withOverLimitCache(backend, cacheOptions), localCacheStats: undefined, redis };
+    const store = withOverLimitCache(backend, cacheOptions);
+    return { store, localCacheStats: undefined, redis, firstConnection };
   }
-  return { store: backend, localCacheStats: undefined, redis };
+  return { store: backend, localCacheStats: undefined, redis, firstConnection };
 }

@@ -25,6 +25,8 @@ import {
 } from './script.js';
 import { loadFixedWindowScript } from './fixedWindowScript.js';
 import { keySlot } from './slots.js';
+import { watchConnection, type ConnectionWatch } from './connectionWatch.js';
+import { routeAuthWarnings } from './authWarnings.js';
 
 /**
  * The Redis store: each request decided in one EVALSHA of the decision script (see
@@ -59,12 +61,17 @@ export interface RedisStoreOptions {
   keyPrefix?: string;
   /** Told when a silent connection is dropped and opened again (see silence.ts). */
   onSilentConnection?: (silentMs: number, waiting: number) => void;
+  /** What ioredis would print to the console itself (see authWarnings.ts), as one line each. */
+  onWarning?: (message: string) => void;
 }
 
 type DecideCommand = (...args: ScriptArgs) => Promise<unknown>;
 
-/** A call bounded by REDIS_TIMEOUT (and, on a single connection, watched for silence). */
-type Bounded = <T>(call: Promise<T>) => Promise<T>;
+/**
+ * A call bounded by REDIS_TIMEOUT (and, on a single connection, watched for silence, and not sent
+ * at all on a connection whose SELECT failed).
+ */
+type Bounded = <T>(send: () => Promise<T>) => Promise<T>;
 
 type Explain = (error: unknown) => StoreError;
 
@@ -77,7 +84,14 @@ export interface RedisAccess {
   call<T>(run: (connection: Redis | Cluster) => Promise<T>): Promise<T>;
 }
 
-export type RedisStore = Store & { readonly access: RedisAccess };
+export type RedisStore = Store & {
+  readonly access: RedisAccess;
+  /**
+   * Waits for the first connection, briefly, and rejects with a SettingsError when REDIS_URL
+   * cannot work on it: its database cannot be selected. Any other outcome resolves.
+   */
+  firstConnection(): Promise<void>;
+};
 
 export function createRedisStore(
   settings: RedisSettings,
@@ -98,19 +112,20 @@ export function createRedisStore(
           throw classify(error);
         }),
     };
-    return { ...store, access };
+    // Only database 0 exists on a cluster: nothing to select.
+    return { ...store, access, firstConnection: async () => undefined };
   }
-  const redis = connectRedis(settings);
-  const { explain, answered } = watchConnectionErrors(redis, options.onError);
+  const { redis, watch } = connectRedis(settings, options);
+  const { explain, answered } = watchConnectionErrors(redis, watch, options.onError);
   const lua = loadDecisionScript();
   const sha = scriptSha(lua);
   const scripts = defineScripts(redis, lua);
-  const bounded = boundCalls(redis, settings.timeoutMs, answered, options.onSilentConnection);
+  const bounded = boundCalls(redis, watch, settings.timeoutMs, answered, options);
 
   const access: RedisAccess = {
     connection: redis,
     call: (run) =>
-      bounded(run(redis)).catch((error: unknown) => {
+      bounded(() => run(redis)).catch((error: unknown) => {
         throw explain(error);
       }),
   };
@@ -125,10 +140,12 @@ export function createRedisStore(
     exists: (keys: readonly string[]) =>
       countKeys(keys, (all) => redis.exists(...all), bounded, explain),
 
+    firstConnection: () => watch.firstConnection(2 * connectTimeout(settings) + 500),
+
     async ping() {
       try {
         if (redis.status === 'connecting' || redis.status === 'connect') await ready(redis, 1_000);
-        await bounded(redis.ping());
+        await bounded(() => redis.ping());
       } catch (error) {
         throw explain(error);
       }
@@ -150,9 +167,17 @@ export function createRedisStore(
   };
 }
 
-/** The connection to a single Redis or to the master Sentinel names, under fail-fast rules. */
-function connectRedis(settings: RedisSettings): Redis {
-  return new Redis({
+/**
+ * The connection to a single Redis or to the master Sentinel names, under fail-fast rules, with
+ * each of its connections watched (see connectionWatch.ts). It connects once the watch is on.
+ */
+function connectRedis(
+  settings: RedisSettings,
+  options: RedisStoreOptions,
+): { redis: Redis; watch: ConnectionWatch } {
+  // The watch needs the client, and the client's retry strategy asks the watch.
+  const late: { watch?: ConnectionWatch } = {};
+  const redis = new Redis({
     ...(settings.type === 'sentinel' ? sentinelOptions(settings) : singleOptions(settings)),
     // The ready check sends INFO, which the least-privilege ACL user lacks (docs/redis.md). Without
     // it, a Redis still loading its data answers LOADING, which fails fast like any outage.
@@ -165,10 +190,28 @@ function connectRedis(settings: RedisSettings): Redis {
     maxRetriesPerRequest: 0,
     // No commandTimeout: every call is bounded by withDeadline instead, which does not count the
     // service's own lateness against Redis.
-    connectTimeout: Math.max(1_000, settings.timeoutMs),
-    // Keep reconnecting, never faster than every 50 ms nor slower than every second.
-    retryStrategy: (attempt) => Math.min(50 * attempt, 1_000),
+    connectTimeout: connectTimeout(settings),
+    // Keep reconnecting, never faster than every 50 ms nor slower than every second; every
+    // second while SELECT fails, since ioredis counts each such connection a success.
+    retryStrategy: (attempt) =>
+      late.watch?.selectFailing() ? 1_000 : Math.min(50 * attempt, 1_000),
+    lazyConnect: true,
   });
+  const watch = watchConnection(redis, {
+    db: settings.db,
+    tls: settings.tls !== undefined,
+    caCert: settings.tls?.caPath !== undefined,
+    clientCert: settings.tls?.clientCertPath !== undefined,
+    address: settings.path ?? `${settings.host}:${settings.port}`,
+  });
+  late.watch = watch;
+  routeAuthWarnings(redis, (message) => options.onWarning?.(message));
+  redis.connect().catch(() => undefined); // failures arrive as 'error' events
+  return { redis, watch };
+}
+
+function connectTimeout(settings: RedisSettings): number {
+  return Math.max(1_000, settings.timeoutMs);
 }
 
 /**
@@ -186,11 +229,12 @@ interface ConnectionErrors {
 
 function watchConnectionErrors(
   redis: Redis,
+  watch: ConnectionWatch,
   onError: ((error: StoreError) => void) | undefined,
 ): ConnectionErrors {
   let connectionError: StoreError | undefined;
   redis.on('error', (error: Error) => {
-    connectionError = classify(error);
+    connectionError = watch.explain(error);
     onError?.(connectionError);
   });
   return {
@@ -204,25 +248,33 @@ function watchConnectionErrors(
   };
 }
 
-/** Every call: bounded by REDIS_TIMEOUT, and watched for a silent connection (see silence.ts). */
+/**
+ * Every call: refused before it is sent while the connection's SELECT failed, bounded by
+ * REDIS_TIMEOUT, and watched for a silent connection (see silence.ts).
+ */
 function boundCalls(
   redis: Redis,
+  watch: ConnectionWatch,
   timeoutMs: number,
   onAnswer: () => void,
-  onSilentConnection: RedisStoreOptions['onSilentConnection'],
+  options: RedisStoreOptions,
 ): Bounded {
   const silentMs = Math.max(1_000, 4 * timeoutMs);
   const silence = createSilenceWatch(
     silentMs,
     (waiting) => {
-      onSilentConnection?.(silentMs, waiting);
+      options.onSilentConnection?.(silentMs, waiting);
       // Destroyed, not ended: ending would wait for the silent server to close its side. ioredis
       // then fails the waiting calls and reconnects, as after any lost connection.
       redis.stream?.destroy();
     },
     onAnswer,
   );
-  return (call) => withDeadline(silence.track(call), timeoutMs, silence.timedOut);
+  return (send) => {
+    const refusal = watch.refusal();
+    if (refusal) return Promise.reject(refusal);
+    return withDeadline(silence.track(send()), timeoutMs, silence.timedOut);
+  };
 }
 
 /** The per-call path: a request's checks go as one script call, alone or batched with others. */
@@ -233,7 +285,7 @@ function batchedDecide(
   options: RedisStoreOptions,
 ): Store['decide'] {
   const skewToleranceMs = options.clockSkewToleranceMs ?? 0;
-  const decide = (call: ScriptCall) => bounded(scripts[call.script](...call.args));
+  const decide = (call: ScriptCall) => bounded(() => scripts[call.script](...call.args));
   return createBatcher({
     limit: options.batchLimit ?? 1,
     windowMs: options.batchWindowMs ?? 0,
@@ -269,7 +321,7 @@ async function countKeys(
 ): Promise<number> {
   if (keys.length === 0) return 0;
   try {
-    return await bounded(command(keys));
+    return await bounded(() => command(keys));
   } catch (error) {
     throw explain(error);
   }
@@ -305,8 +357,8 @@ async function runProbe(
   bounded: Bounded,
 ): Promise<void> {
   const [numKeys, ...rest] = args as [number, ...(string | number)[]];
-  readDecision(await bounded(node.eval(lua, numKeys, ...rest)), 1);
-  readDecision(await bounded(node.evalsha(sha, numKeys, ...rest)), 1);
+  readDecision(await bounded(() => node.eval(lua, numKeys, ...rest)), 1);
+  readDecision(await bounded(() => node.evalsha(sha, numKeys, ...rest)), 1);
 }
 
 /** ioredis's refusal of a call it could not send: there was no connection to send it on. */
@@ -393,7 +445,10 @@ function clusterBackend(
   // On an ASK redirection ioredis sends ASKING and never looks at its reply. Refused (an ACL user
   // without +asking), that reply would be an unhandled rejection, which stops a Node process.
   // Heard here instead, it leaves the call to fail on its redirections like any other.
+  const warned = new Set<string>();
   cluster.on('+node', (node: Redis) => {
+    // Before the node connects: ioredis creates it with lazyConnect.
+    routeAuthWarnings(node, (message) => options.onWarning?.(message), warned);
     const asking = node.asking.bind(node);
     node.asking = (...args: Parameters<Redis['asking']>) => {
       const sent = asking(...args);
@@ -422,8 +477,8 @@ function clusterBackend(
       if (keys.length === 0) throw new Error('CLUSTERDOWN no master known yet');
       await Promise.all(
         keys.map((key) =>
-          runProbe(cluster, lua, sha, probeArgs(key, nowMs), (call) =>
-            withDeadline(call, settings.timeoutMs),
+          runProbe(cluster, lua, sha, probeArgs(key, nowMs), (send) =>
+            withDeadline(send(), settings.timeoutMs),
           ),
         ),
       );

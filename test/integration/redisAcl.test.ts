@@ -113,7 +113,9 @@ describe('Redis over TLS', () => {
     );
     // Redis sends its CA along, which the system's roots do not hold.
     expect(errors.map((e) => e.message)).toContain(
-      'redis: not connected: self-signed certificate in certificate chain',
+      `redis: not connected: TLS: the certificate of the server at 127.0.0.1:${port} is not ` +
+        "trusted (self-signed certificate in certificate chain): REDIS_TLS_CACERT is unset, so only the system's " +
+        'roots are trusted: set it to the CA that signed it',
     );
     errors.length = 0;
 
