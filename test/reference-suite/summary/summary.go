@@ -103,7 +103,7 @@ func summarize(events, runs io.Reader, goExit int) (Summary, error) {
 			s.Failed++
 			s.Failing = append(s.Failing, name)
 			s.Lines = append(s.Lines, faults[name]...)
-			s.Lines = append(s.Lines, ownOutput[:min(len(ownOutput), 40)]...)
+			s.Lines = append(s.Lines, excerpt(ownOutput)...)
 		} else if t.action == "pass" {
 			s.Passed++
 		}
@@ -142,6 +142,17 @@ func note(t *test) string {
 		return ": its own checks, beside its subtests"
 	}
 	return ""
+}
+
+// excerpt keeps a long output's first and last 20 lines: a failure is told at either end, after
+// the lines of the Redis servers a parent test starts.
+func excerpt(lines []string) []string {
+	if len(lines) <= 40 {
+		return lines
+	}
+	out := append([]string{}, lines[:20]...)
+	out = append(out, fmt.Sprintf("    ... %d lines ...", len(lines)-40))
+	return append(out, lines[len(lines)-20:]...)
 }
 
 func ownLines(output string) []string {
