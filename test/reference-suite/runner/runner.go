@@ -130,6 +130,7 @@ func (r *Runner) Run() {
 	end := r.ending(waitErr, stderr.lines(), logName)
 	r.report(end)
 	close(r.exited)
+	// Stop has not been called, so the test that started this tollgate is still running.
 	if end.Early {
 		panic("runner: " + end.Fault() + tailText(end.Stderr))
 	}
