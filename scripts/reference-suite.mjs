@@ -10,23 +10,23 @@
 // two Sentinel groups and two three-node clusters. The tests start their plain servers themselves.
 // The memcached tests are left out: tollgate has no memcached backend.
 //
-// Needs Go, redis-server, redis-cli and openssl. Exits non-zero unless every test passes, and
-// prints each test, and how long each tollgate took to stop.
+// Needs Go, redis-server, redis-cli and openssl. Exits non-zero unless every test passes (a parent
+// test counts when its own checks fail) and every tollgate served until its test stopped it, and
+// prints each test, and how long each tollgate took to stop. The runner's own tests run first.
 //
 //   node scripts/reference-suite.mjs [-run REGEXP]
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import {
   cpSync,
-  existsSync,
+  createWriteStream,
   mkdirSync,
   readFileSync,
   readdirSync,
   rmSync,
   writeFileSync,
 } from 'node:fs';
-import { createWriteStream } from 'node:fs';
 import { createConnection } from 'node:net';
-import { join } from 'node:path';
+import { delimiter, dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { root } from './goBuild.mjs';
 
@@ -92,7 +92,7 @@ const source = execFileSync('go', ['mod', 'download', '-json', `${MODULE}@${VERS
 const moduleDir = JSON.parse(source).Dir;
 rmSync(work, { recursive: true, force: true });
 mkdirSync(work, { recursive: true });
-for (const file of ['go.mod', 'go.sum', 'runner']) {
+for (const file of ['go.mod', 'go.sum', 'runner', 'summary']) {
   cpSync(join(root, 'test', 'reference-suite', file), join(work, file), { recursive: true });
 }
 const tests = join(work, 'integration');
@@ -106,6 +106,19 @@ for (const file of readdirSync(tests).filter((name) => name.endsWith('.go'))) {
     text.replaceAll(`"${MODULE}/src/service_cmd/runner"`, '"tollgate/test/reference-suite/runner"'),
   );
 }
+
+const goEnv = {
+  ...process.env,
+  PATH: `${dirname(process.execPath)}${delimiter}${process.env.PATH ?? ''}`,
+  GOFLAGS: '-mod=mod',
+};
+// The runner's and the summary's own tests first: a few seconds, with a fake tollgate.
+const ownTests = spawnSync('go', ['test', '-count=1', './runner/', './summary/'], {
+  cwd: work,
+  env: goEnv,
+  stdio: 'inherit',
+});
+if (ownTests.status !== 0) fail("the runner's own tests failed");
 
 // The certificate the Makefile makes: the TLS fronts' own, and the client certificate that the
 // verifying front accepts. It is trusted as the Makefile trusts it, through the CA store that the
@@ -269,24 +282,22 @@ const goTest = spawn(
   {
     cwd: work,
     env: {
-      ...process.env,
+      ...goEnv,
       PROJECT_DIR: work,
-      TOLLGATE_COMMAND: `${process.execPath} ${join(root, 'dist', 'main.js')}`,
+      // tollgate runs on the Node that runs this script, which is also first on PATH.
+      TOLLGATE_COMMAND: JSON.stringify([process.execPath, join(root, 'dist', 'main.js')]),
       TOLLGATE_SUITE_LOG: runs,
       NODE_EXTRA_CA_CERTS: join(work, 'cert.pem'),
-      GOFLAGS: '-mod=mod',
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   },
 );
 
-// Every test that has no subtests counts once; a parent passes only if its subtests did.
-const results = new Map();
-const output = new Map();
-const parents = new Set();
+// go test's events go to a file as they come; then test/reference-suite/summary reads them beside
+// the suite log of the tollgate runs, prints every test and exits as the run went.
 let buffer = '';
-let packageOutput = '';
-const events = createWriteStream(join(work, 'events.jsonl'));
+const eventsPath = join(work, 'events.jsonl');
+const events = createWriteStream(eventsPath);
 goTest.stdout.on('data', (chunk) => {
   events.write(chunk);
   buffer += chunk;
@@ -294,59 +305,19 @@ goTest.stdout.on('data', (chunk) => {
   while ((newline = buffer.indexOf('\n')) >= 0) {
     const line = buffer.slice(0, newline);
     buffer = buffer.slice(newline + 1);
-    let event;
-    try {
-      event = JSON.parse(line);
-    } catch {
-      process.stdout.write(`${line}\n`);
-      continue;
-    }
-    if (!event.Test) {
-      // A panic in a test ends the whole binary, and its story is the package's output.
-      if (event.Action === 'output') packageOutput += event.Output;
-      continue;
-    }
-    const slash = event.Test.lastIndexOf('/');
-    if (slash > 0) parents.add(event.Test.slice(0, slash));
-    if (event.Action === 'output') {
-      output.set(event.Test, (output.get(event.Test) ?? '') + event.Output);
-    } else if (['pass', 'fail', 'skip'].includes(event.Action)) {
-      results.set(event.Test, { action: event.Action, seconds: event.Elapsed });
-    }
+    // What is not an event (a build error) is shown as it comes.
+    if (!line.startsWith('{')) process.stdout.write(`${line}\n`);
   }
 });
 const code = await new Promise((resolve) => goTest.on('close', resolve));
-
-let passed = 0;
-let failed = 0;
-for (const [test, { action, seconds }] of results) {
-  if (parents.has(test)) continue;
-  if (action === 'pass') passed++;
-  if (action === 'fail') failed++;
-  console.log(`${action.toUpperCase().padEnd(4)} ${test} (${seconds}s)`);
-  if (action === 'fail') {
-    const failure = (output.get(test) ?? '')
-      .split('\n')
-      .filter((line) => !/^\s*$|^=== |^--- /.test(line))
-      .slice(0, 40)
-      .join('\n');
-    console.log(failure);
-  }
-}
-if (code !== 0 && packageOutput.trim() !== '')
-  console.log(packageOutput.split('\n').slice(-60).join('\n'));
-const stops = existsSync(runs)
-  ? readFileSync(runs, 'utf8')
-      .trim()
-      .split('\n')
-      .filter(Boolean)
-      .map((line) => JSON.parse(line))
-  : [];
-const slowest = Math.max(0, ...stops.map((run) => run.stopMs));
-const killed = stops.filter((run) => run.killed).length;
-console.log(
-  `\n${passed} of ${passed + failed} of the reference's integration tests pass against tollgate; ` +
-    `${stops.length} tollgate runs stopped, the slowest in ${slowest} ms after SIGTERM` +
-    (killed > 0 ? `, ${killed} killed after 10 s` : ''),
+await new Promise((resolve) => events.end(resolve));
+const summarize = join(work, 'summarize');
+execFileSync('go', ['build', '-o', summarize, './summary'], { cwd: work, env: goEnv });
+const summary = spawnSync(
+  summarize,
+  ['-events', eventsPath, '-runs', runs, '-exit', String(code ?? 1)],
+  {
+    stdio: 'inherit',
+  },
 );
-process.exit(code === 0 && failed === 0 && passed > 0 && killed === 0 ? 0 : 1);
+process.exit(summary.status === 0 ? 0 : 1);

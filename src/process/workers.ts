@@ -64,13 +64,15 @@ export async function run(): Promise<void> {
 
 /**
  * What each signal does, in every role:
- * - SIGTERM, SIGINT: drain (health NOT_SERVING, calls in flight finish), then exit 0.
+ * - SIGTERM, SIGINT: drain (health NOT_SERVING, calls in flight finish), then exit 0. Alone,
+ *   one that comes before start-up has ended exits 0 at once; a worker drains once started.
  * - SIGHUP: load the rules again; the current ones serve meanwhile. A primary passes it on to
  *   each worker once that worker is ready.
  * - SIGUSR1, SIGUSR2, SIGQUIT: logged and ignored. Node would end the process at once on
  *   SIGUSR2 and SIGQUIT, every call in flight failing, and open its inspector on SIGUSR1.
  */
 const IGNORED_SIGNALS = ['SIGUSR1', 'SIGUSR2', 'SIGQUIT'] as const;
+const STOP_SIGNALS = ['SIGTERM', 'SIGINT'] as const;
 
 function ignoreSignals(logger: Logger): void {
   for (const signal of IGNORED_SIGNALS) {
@@ -91,8 +93,17 @@ async function runAlone(settings: Settings, logger: Logger): Promise<void> {
   ignoreSignals(logger);
   const service = createService({ settings, logger });
   reloadOnHangup(logger, () => service.reload());
-  await service.start();
-  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+  // Until start-up ends, nothing has served: a stop ends the process at once, with status 0 as a
+  // stop that was asked for, where Node would end it by the signal. Start-up may wait long (for
+  // the first rules from xDS), so waiting for it to drain after it would not do.
+  const stopDuringStartup = (signal: NodeJS.Signals) => {
+    logger.info({ signal }, 'stopped during start-up');
+    process.exit(0);
+  };
+  for (const signal of STOP_SIGNALS) process.once(signal, stopDuringStartup);
+  await holdingOpen(service.start());
+  for (const signal of STOP_SIGNALS) {
+    process.removeListener(signal, stopDuringStartup);
     process.once(signal, () => {
       logger.info({ signal }, 'draining');
       void service.stop().then(
@@ -100,6 +111,20 @@ async function runAlone(settings: Settings, logger: Logger): Promise<void> {
         (error: unknown) => exitAfterFailedStop(logger, error),
       );
     });
+  }
+}
+
+/**
+ * Holds the process open until start-up has settled. It may wait on nothing else that does: for
+ * the first rules from an xDS server that refuses, the client's retry timer does not, and Node
+ * would end the process with status 13 (a top-level await left unsettled).
+ */
+async function holdingOpen<T>(startup: Promise<T>): Promise<T> {
+  const hold = setInterval(() => undefined, 60_000);
+  try {
+    return await startup;
+  } finally {
+    clearInterval(hold);
   }
 }
 
@@ -504,7 +529,7 @@ async function runWorker(): Promise<void> {
         );
       });
     }
-    await started;
+    await holdingOpen(started);
     report({ type: 'tollgate:ready' });
   } catch (error) {
     const known = error instanceof SettingsError || error instanceof RulesError;

@@ -4,16 +4,20 @@
 // tollgate with it (in COMPAT_MODE=reference), and GetStatsStore reads the statsd lines tollgate
 // sends, under the reference's names, as the in-process stats store would have held them.
 //
-// TOLLGATE_COMMAND names the command that starts tollgate (for example `node dist/main.js`, run
-// from the test's folder); TOLLGATE_SUITE_LOG, when set, names a file that gets one JSON line per
-// run: its settings, how long it took to stop, and how it ended.
+// TOLLGATE_COMMAND names the command that starts tollgate (for example `node dist/main.js`, or a
+// JSON array of the program and its arguments), run from the test's folder; TOLLGATE_SUITE_LOG,
+// when set, names a file that gets one JSON line per run (an Ending): its settings, when it
+// started, how it ended and how long it took to stop. A tollgate that exits before the test stops
+// it fails the test.
 package runner
 
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strconv"
@@ -31,6 +35,12 @@ import (
 // 2 s with no call open; a run that needs longer is reported in the suite log.
 const stopDeadline = 10 * time.Second
 
+// How many of tollgate's last stderr lines a failed run reports, and how much of each.
+const (
+	stderrLines     = 20
+	stderrLineBytes = 400
+)
+
 // Runner is one tollgate process with the settings of one test.
 type Runner struct{ *state }
 
@@ -42,9 +52,9 @@ type state struct {
 	mu       sync.Mutex
 	cmd      *exec.Cmd
 	exited   chan struct{}
-	exitErr  error
 	started  time.Time
 	stopping time.Time
+	killed   bool
 }
 
 // The reference's tests count on a minute window not rolling over while they run: 20 calls of a
@@ -58,6 +68,10 @@ func NewRunner(s settings.Settings) Runner {
 	if now := time.Now(); now.Second() > latestSecondToStart {
 		time.Sleep(now.Truncate(time.Minute).Add(time.Minute).Sub(now))
 	}
+	return newRunner(s)
+}
+
+func newRunner(s settings.Settings) Runner {
 	stats, err := newStore(s)
 	if err != nil {
 		panic(fmt.Sprintf("runner: cannot listen for statsd: %v", err))
@@ -80,22 +94,28 @@ func NewRunner(s settings.Settings) Runner {
 	return Runner{&state{settings: s, env: env, stats: stats, exited: make(chan struct{})}}
 }
 
-// Run starts tollgate and returns when it has exited.
+// Run starts tollgate and returns when it has exited. A tollgate that exits before Stop is called
+// is a failure of the test, whatever its exit status: Run panics, naming the status and the last
+// lines tollgate wrote to stderr, and the reference's startTestRunner turns the panic into the
+// test's t.Fatalf. The suite log records it too, so the run fails even where no test is told.
 func (r *Runner) Run() {
-	command := strings.Fields(os.Getenv("TOLLGATE_COMMAND"))
-	if len(command) == 0 {
-		panic("runner: TOLLGATE_COMMAND is not set")
+	command, err := tollgateCommand()
+	if err != nil {
+		panic("runner: " + err.Error())
 	}
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Env = r.env
-	logFile, err := os.Create(fmt.Sprintf("tollgate-%d.log", time.Now().UnixNano()))
+	stderr := newTail(stderrLines, stderrLineBytes)
+	logName, _ := filepath.Abs(fmt.Sprintf("tollgate-%d.log", time.Now().UnixNano()))
+	logFile, err := os.Create(logName)
 	if err == nil {
 		cmd.Stdout = logFile
-		cmd.Stderr = logFile
+		cmd.Stderr = io.MultiWriter(logFile, stderr)
 		defer logFile.Close()
 	} else {
+		logName = ""
 		cmd.Stdout = os.Stderr
-		cmd.Stderr = os.Stderr
+		cmd.Stderr = io.MultiWriter(os.Stderr, stderr)
 	}
 	r.mu.Lock()
 	r.cmd = cmd
@@ -103,12 +123,17 @@ func (r *Runner) Run() {
 	err = cmd.Start()
 	r.mu.Unlock()
 	if err != nil {
-		r.exitErr = err
 		close(r.exited)
 		panic(fmt.Sprintf("runner: cannot start tollgate: %v", err))
 	}
-	r.exitErr = cmd.Wait()
+	waitErr := cmd.Wait()
+	end := r.ending(waitErr, stderr.lines(), logName)
+	r.report(end)
 	close(r.exited)
+	// Stop has not been called, so the test that started this tollgate is still running.
+	if end.Early {
+		panic("runner: " + end.Fault() + tailText(end.Stderr))
+	}
 }
 
 // Stop sends SIGTERM and waits for tollgate to exit, as the reference's runner stops its servers.
@@ -122,38 +147,110 @@ func (r *Runner) Stop() {
 		return
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
-	killed := false
 	select {
 	case <-r.exited:
 	case <-time.After(stopDeadline):
-		killed = true
+		r.mu.Lock()
+		r.killed = true
+		r.mu.Unlock()
 		_ = cmd.Process.Kill()
 		<-r.exited
 	}
-	r.report(time.Since(r.stopping), killed)
 }
 
-func (r *Runner) report(stop time.Duration, killed bool) {
+// Ending is how one tollgate run ended: a line of the suite log.
+type Ending struct {
+	Settings []string  `json:"settings"`
+	Started  time.Time `json:"started"`
+	// Exit is as Go's os/exec says it: "exit status 0", "exit status 3", "signal: killed".
+	Exit string `json:"exit"`
+	// Early: tollgate exited before Stop was called.
+	Early bool `json:"early"`
+	// RanMs is how long tollgate ran; StopMs how long it took to exit after SIGTERM.
+	RanMs  int64 `json:"ranMs"`
+	StopMs int64 `json:"stopMs"`
+	Killed bool  `json:"killed"`
+	// Stderr holds tollgate's last stderr lines when the run failed; Log names its whole output.
+	Stderr []string `json:"stderr,omitempty"`
+	Log    string   `json:"log,omitempty"`
+}
+
+func (r *Runner) ending(waitErr error, stderr []string, log string) Ending {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	end := Ending{
+		Settings: settingsSummary(r.env),
+		Started:  r.started,
+		Exit:     "exit status 0",
+		Early:    r.stopping.IsZero(),
+		RanMs:    now.Sub(r.started).Milliseconds(),
+		Killed:   r.killed,
+		Log:      log,
+	}
+	if waitErr != nil {
+		end.Exit = waitErr.Error()
+	}
+	if !end.Early {
+		end.StopMs = now.Sub(r.stopping).Milliseconds()
+	}
+	if end.Fault() != "" {
+		end.Stderr = stderr
+	}
+	return end
+}
+
+// Fault says what went wrong in the run, or "" for a run that served until Stop and then exited 0
+// within the deadline.
+func (e Ending) Fault() string {
+	switch {
+	case e.Early:
+		return fmt.Sprintf("tollgate exited before the runner stopped it (%s, after %d ms)", e.Exit, e.RanMs)
+	case e.Killed:
+		return fmt.Sprintf("tollgate did not exit within %s of SIGTERM and was killed", stopDeadline)
+	case e.Exit != "exit status 0":
+		return fmt.Sprintf("tollgate ended with %s after SIGTERM, where a drain exits 0", e.Exit)
+	}
+	return ""
+}
+
+func tailText(lines []string) string {
+	if len(lines) == 0 {
+		return "; it wrote nothing to stderr"
+	}
+	return "; its last stderr lines:\n" + strings.Join(lines, "\n")
+}
+
+func (r *Runner) report(end Ending) {
 	path := os.Getenv("TOLLGATE_SUITE_LOG")
 	if path == "" {
 		return
 	}
-	exit := "0"
-	if r.exitErr != nil {
-		exit = r.exitErr.Error()
-	}
-	line, _ := json.Marshal(map[string]any{
-		"settings": settingsSummary(r.env),
-		"stopMs":   stop.Milliseconds(),
-		"killed":   killed,
-		"exit":     exit,
-	})
+	line, _ := json.Marshal(end)
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		return
 	}
 	defer f.Close()
 	_, _ = f.Write(append(line, '\n'))
+}
+
+// tollgateCommand is TOLLGATE_COMMAND: a JSON array of the program and its arguments, or words
+// separated by spaces.
+func tollgateCommand() ([]string, error) {
+	value := strings.TrimSpace(os.Getenv("TOLLGATE_COMMAND"))
+	var command []string
+	if strings.HasPrefix(value, "[") {
+		if err := json.Unmarshal([]byte(value), &command); err != nil {
+			return nil, fmt.Errorf("TOLLGATE_COMMAND is not a JSON array of strings: %v", err)
+		}
+	} else {
+		command = strings.Fields(value)
+	}
+	if len(command) == 0 {
+		return nil, fmt.Errorf("TOLLGATE_COMMAND is not set")
+	}
+	return command, nil
 }
 
 // GetStatsStore gives the stats tollgate has sent, read as the reference's tests read its store.

@@ -1,0 +1,47 @@
+import { spawn } from 'node:child_process';
+import { describe, expect, it } from 'vitest';
+import { freePort } from '../support/ports.js';
+import { eventually } from '../support/tollgate.js';
+
+// While tollgate waits for its first rules from an xDS server that refuses, it keeps waiting and
+// retrying; before, it exited with status 13 right after the first refusal (Node's unsettled
+// top-level await), since nothing it waited on held the process open. A SIGTERM then ends it with
+// status 0 and a log line, as a stop that was asked for; before, Node's default ended it by the
+// signal, as it did any tollgate stopped right as its gRPC port opened.
+
+describe('start-up that waits for the first xDS rules', () => {
+  it('goes on after a refusal, and a SIGTERM ends it with status 0, saying so', async () => {
+    const child = spawn(process.execPath, ['dist/main.js'], {
+      env: {
+        ...process.env,
+        CONFIG_TYPE: 'GRPC_XDS_SOTW',
+        // Where nothing listens, so the first rules never come.
+        CONFIG_GRPC_XDS_SERVER_URL: '127.0.0.1:1',
+        GRPC_HOST: '127.0.0.1',
+        GRPC_PORT: String(await freePort()),
+        HOST: '127.0.0.1',
+        PORT: String(await freePort()),
+        LOG_LEVEL: 'info',
+        REDIS_URL: '',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const exit = new Promise<{ code: number | null; signal: string | null }>((resolve) =>
+      child.once('exit', (code, signal) => resolve({ code, signal })),
+    );
+    await eventually(async () => output.includes('xds stream lost'), 15_000);
+    // The refusal's retry is 3 s away; the process lives meanwhile.
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    expect(child.exitCode, output).toBeNull();
+
+    child.kill('SIGTERM');
+    const hung = setTimeout(() => child.kill('SIGKILL'), 10_000);
+    const ended = await exit;
+    clearTimeout(hung);
+    expect(ended, output).toEqual({ code: 0, signal: null });
+    expect(output).toMatch(/"signal":"SIGTERM".*"msg":"stopped during start-up"/);
+  });
+});
