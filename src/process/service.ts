@@ -93,7 +93,7 @@ export function createService(options: ServiceOptions): Service {
     metrics:
       options.metricsExposition ??
       (async () => ({ contentType: metrics.contentType, body: await metrics.text() })),
-    rules: () => rules.dump(),
+    rlconfig: () => rules.dump(),
     logger,
     events: metrics,
     rlqs: rlqs?.handler,

@@ -75,7 +75,8 @@ beforeAll(async () => {
       contentType: 'text/plain; version=0.0.4; charset=utf-8',
       body: METRICS,
     }),
-    rules: () => ['api.tenant: unit=MINUTE requests_per_unit=3', 'api.tenant_acme: unlimited'],
+    rlconfig: async () =>
+      Buffer.from('api.tenant: unit=MINUTE requests_per_unit=3\napi.tenant_acme: unlimited\n'),
     limits: { maxDescriptors: 4, maxEntries: 3, maxEntryBytes: 16 },
     onInternalError: (error) => internalErrors.push(error),
   });
@@ -391,7 +392,6 @@ describe('close', () => {
       },
       health: () => ({ serving: true, reason: 'OK' }),
       metrics: async () => ({ contentType: 'text/plain', body: '' }),
-      rules: () => [],
       limits: { maxDescriptors: 4, maxEntries: 3, maxEntryBytes: 16 },
     });
     return { http, release };

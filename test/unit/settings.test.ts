@@ -633,6 +633,31 @@ describe('statsd settings', () => {
   });
 });
 
+describe('where /rlconfig is served (RLCONFIG)', () => {
+  it('is the HTTP port by default, and the debug port once DEBUG_HOST or DEBUG_PORT is set', () => {
+    expect(readSettings({}).rlconfig).toEqual({ on: 'http' });
+    expect(readSettings({ RLCONFIG: 'off' }).rlconfig).toEqual({ on: 'off' });
+    expect(readSettings({ RLCONFIG: 'debug' }).rlconfig).toEqual({
+      on: 'debug',
+      host: '0.0.0.0',
+      port: 6070,
+    });
+    expect(readSettings({ DEBUG_PORT: '7070' }).rlconfig).toEqual({
+      on: 'debug',
+      host: '0.0.0.0',
+      port: 7070,
+    });
+    expect(readSettings({ DEBUG_HOST: '127.0.0.1', RLCONFIG: 'on' }).rlconfig).toEqual({
+      on: 'http',
+    });
+  });
+
+  it('refuses a value it does not know, naming the setting', () => {
+    expect(failure({ RLCONFIG: 'admin' }).message).toMatch(/^RLCONFIG: 'admin'/);
+    expect(failure({ DEBUG_PORT: '70000' }).message).toMatch(/^DEBUG_PORT/);
+  });
+});
+
 describe('the metrics listener (PROMETHEUS_ADDR)', () => {
   it('is off unless PROMETHEUS_ADDR is set or USE_PROMETHEUS=true, as Envoy Gateway sets them', () => {
     expect(readSettings({}).prometheus).toBeUndefined();
