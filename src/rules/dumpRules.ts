@@ -91,7 +91,7 @@ export async function dumpRulesText(
       if (node.limit === undefined && !node.unlimited) continue;
       piece += `${domain.domain}.${ruleKey(node)}: ${describeRule(node)}\n`;
       lines++;
-      if (lines % 256 === 0 && performance.now() - sliceStart > SLICE_MS) {
+      if (lines % 32 === 0 && performance.now() - sliceStart > SLICE_MS) {
         pieces.push(Buffer.from(piece));
         piece = '';
         await new Promise((resolve) => setImmediate(resolve));
