@@ -34,7 +34,6 @@ const BOUNDS = [
   'grpc_connection_age',
   'grpc_connection_idle',
   'http_connections',
-  'http_metrics',
   'http_rlconfig',
   'rlqs_streams',
   'rlqs_buckets',

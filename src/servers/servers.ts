@@ -18,8 +18,6 @@ import type { Logger } from '../core/logger.js';
 import type { Bound } from '../observability/metrics.js';
 import { shareBuilds } from '../observability/exposition.js';
 
-/** /metrics requests answered at once, over both listeners; past it, 503 with Retry-After. */
-export const MAX_METRICS_REQUESTS = 16;
 /** /rlconfig requests answered at once; a dump may be megabytes. */
 export const MAX_RLCONFIG_REQUESTS = 4;
 
@@ -135,11 +133,13 @@ export function createServers(options: ServersOptions): Servers {
     bounds: settings.http,
     onConnectionRefused: () => events.boundReached('http_connections'),
   };
+  // Scrapes wait for a shared exposition rather than being refused: the kubelet's liveness probe
+  // asks /metrics too, and must not fail under a flood. Its bytes are encoded once, for all.
   const metrics = {
-    metrics: shareBuilds(options.metrics),
-    metricsBound: createInFlightBound(MAX_METRICS_REQUESTS, () =>
-      events.boundReached('http_metrics'),
-    ),
+    metrics: shareBuilds(async () => {
+      const { contentType, body } = await options.metrics();
+      return { contentType, body: Buffer.from(body) };
+    }),
   };
   const rlconfig = {
     rlconfig: options.rlconfig,

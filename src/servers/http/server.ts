@@ -26,9 +26,7 @@ export interface HttpServerOptions {
   /** The body of /healthcheck is `reason`, verbatim: e.g. "OK" or "NOT_SERVING: draining". */
   health(): { serving: boolean; reason: string };
   /** The body of /metrics and its content type, e.g. prom-client's registry. */
-  metrics(): Promise<{ contentType: string; body: string }>;
-  /** How many /metrics requests may be answered at once (see `createInFlightBound`). */
-  metricsBound?: InFlightBound;
+  metrics(): Promise<{ contentType: string; body: string | Buffer }>;
   /** /rlconfig's text, one line per loaded rule; unset: not served here (404). */
   rlconfig?: () => Promise<Buffer>;
   rlconfigBound?: InFlightBound;
@@ -124,12 +122,12 @@ type ListenerOptions = Pick<
 
 /** What the metrics' own listener needs (PROMETHEUS_ADDR): the path, and what it answers. */
 export type MetricsServerOptions = ListenerOptions &
-  Pick<HttpServerOptions, 'metrics' | 'metricsBound'> & { path: string };
+  Pick<HttpServerOptions, 'metrics'> & { path: string };
 
 /** A listener that answers GET `path` with the metrics, and nothing else. */
 export function createMetricsServer(options: MetricsServerOptions): HttpServer {
   const routes = new Map<string, Route>([
-    [options.path, { methods: GET, handle: () => metrics(options), bound: options.metricsBound }],
+    [options.path, { methods: GET, handle: () => metrics(options) }],
   ]);
   return serveRoutes(routes, options);
 }
@@ -178,7 +176,7 @@ function createRoutes(options: HttpServerOptions): ReadonlyMap<string, Route> {
   const routes = new Map<string, Route>([
     ['/healthcheck', { methods: GET, handle: () => healthcheck(options) }],
     ['/json', { methods: ['POST'], handle: (request) => json(request, options, decodeJson) }],
-    ['/metrics', { methods: GET, handle: () => metrics(options), bound: options.metricsBound }],
+    ['/metrics', { methods: GET, handle: () => metrics(options) }],
   ]);
   if (options.rlconfig) routes.set('/rlconfig', rlconfigRoute(options.rlconfig, options));
   return routes;
