@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { SettingsError } from '../../src/core/errors.js';
 import { BUNDLED_RULES, readSettings } from '../../src/process/settings.js';
+import { ignoredReferenceSettings } from '../../src/process/startupReport.js';
 import { createTracing } from '../../src/observability/tracing.js';
 
 function failure(env: Record<string, string>): SettingsError {
@@ -655,6 +656,13 @@ describe('where /rlconfig is served (RLCONFIG)', () => {
   it('refuses a value it does not know, naming the setting', () => {
     expect(failure({ RLCONFIG: 'admin' }).message).toMatch(/^RLCONFIG: 'admin'/);
     expect(failure({ DEBUG_PORT: '70000' }).message).toMatch(/^DEBUG_PORT/);
+  });
+
+  it('warns once when DEBUG_HOST or DEBUG_PORT is set but RLCONFIG keeps /rlconfig off it', () => {
+    expect(ignoredReferenceSettings({ DEBUG_PORT: '6070' })).toEqual([]);
+    expect(ignoredReferenceSettings({ DEBUG_PORT: '6070', RLCONFIG: 'off' })).toEqual([
+      'DEBUG_PORT is set but RLCONFIG=off: there is no debug listener (RLCONFIG=debug serves /rlconfig there)',
+    ]);
   });
 });
 
