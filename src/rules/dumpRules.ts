@@ -110,12 +110,16 @@ export async function dumpRulesText(
 export function createRulesDumps(
   onBuilt: (dump: RulesDumpText) => void,
 ): (rules: RuleSet | undefined, head: readonly string[]) => Promise<RulesDumpText> {
-  let last: { rules: RuleSet | undefined; head: string; dump: Promise<RulesDumpText> } | undefined;
+  // The rules are held weakly: rules replaced by a reload are not kept alive by their dump.
+  let last:
+    { rules: WeakRef<RuleSet> | undefined; head: string; dump: Promise<RulesDumpText> } | undefined;
   return (rules, head) => {
     const headText = head.join('\n');
-    if (last !== undefined && last.rules === rules && last.head === headText) return last.dump;
+    const held = last?.rules;
+    const same = rules === undefined ? held === undefined : held?.deref() === rules;
+    if (last !== undefined && same && last.head === headText) return last.dump;
     const dump = dumpRulesText(rules, head);
-    const entry = { rules, head: headText, dump };
+    const entry = { rules: rules && new WeakRef(rules), head: headText, dump };
     last = entry;
     dump.then(onBuilt, () => {
       // Not kept: the next request builds it again.
