@@ -34,6 +34,7 @@ const BOUNDS = [
   'grpc_connection_age',
   'grpc_connection_idle',
   'http_connections',
+  'http_rlconfig',
   'rlqs_streams',
   'rlqs_buckets',
   'rlqs_reports',

@@ -97,7 +97,7 @@ export function createService(options: ServiceOptions): Service {
     metrics:
       options.metricsExposition ??
       (async () => ({ contentType: metrics.contentType, body: await metrics.text() })),
-    rules: () => rules.dump(),
+    rlconfig: () => rules.dump(),
     logger,
     events: metrics,
     rlqs: rlqs?.handler,

@@ -17,7 +17,7 @@ import type { StatsdSettings } from '../observability/statsd.js';
 import type { FailureMode } from '../decision/limiter.js';
 import type { GrpcServerSettings } from '../servers/grpc/serverSettings.js';
 import type { HttpServerSettings } from '../servers/http/serverSettings.js';
-import type { MetricsListenSettings } from '../servers/servers.js';
+import type { MetricsListenSettings, RlconfigSettings } from '../servers/servers.js';
 import type { LogLevel } from '../core/logger.js';
 import type { XdsSettings } from '../rules/xdsSettings.js';
 import type { RedisNode, RedisSettings, RedisTls } from '../store/redisSettings.js';
@@ -93,6 +93,8 @@ export interface Settings {
   statsd: StatsdSettings | undefined;
   /** A listener of its own for the metrics (PROMETHEUS_ADDR), besides the HTTP port's /metrics. */
   prometheus: MetricsListenSettings | undefined;
+  /** Where GET /rlconfig is served (RLCONFIG, DEBUG_HOST, DEBUG_PORT). */
+  rlconfig: RlconfigSettings;
   /** Envoy's Rate Limit Quota Service on the gRPC port; undefined when RLQS_ENABLED=false. */
   rlqs: RlqsSettings | undefined;
 }
@@ -151,7 +153,10 @@ function readAll(env: Env): Settings {
 /** Where tollgate listens, and the bounds of its gRPC and HTTP servers. */
 function readServers(
   env: Env,
-): Pick<Settings, 'grpcHost' | 'grpcPort' | 'grpcUds' | 'host' | 'port' | 'grpcServer' | 'http'> {
+): Pick<
+  Settings,
+  'grpcHost' | 'grpcPort' | 'grpcUds' | 'host' | 'port' | 'grpcServer' | 'http' | 'rlconfig'
+> {
   return {
     grpcHost: text(env, 'GRPC_HOST', '0.0.0.0'),
     grpcPort: integer(env, 'GRPC_PORT', 8081, 0, 65_535),
@@ -160,6 +165,25 @@ function readServers(
     port: integer(env, 'PORT', 8080, 0, 65_535),
     grpcServer: readGrpcServer(env, duration(env, 'REDIS_TIMEOUT', '15ms')),
     http: readHttpServer(env),
+    rlconfig: readRlconfig(env),
+  };
+}
+
+/**
+ * RLCONFIG: `on` serves /rlconfig on the HTTP port, `debug` on a listener of its own at
+ * DEBUG_HOST:DEBUG_PORT (the reference's debug port, 0.0.0.0:6070), `off` nowhere. Setting
+ * DEBUG_HOST or DEBUG_PORT alone means `debug`, as it does for the reference.
+ */
+function readRlconfig(env: Env): RlconfigSettings {
+  const debugSet =
+    optional(env, 'DEBUG_HOST') !== undefined || optional(env, 'DEBUG_PORT') !== undefined;
+  const on = oneOf(env, 'RLCONFIG', ['on', 'off', 'debug'] as const, debugSet ? 'debug' : 'on');
+  if (on === 'on') return { on: 'http' };
+  if (on === 'off') return { on: 'off' };
+  return {
+    on: 'debug',
+    host: text(env, 'DEBUG_HOST', '0.0.0.0'),
+    port: integer(env, 'DEBUG_PORT', 6070, 0, 65_535),
   };
 }
 

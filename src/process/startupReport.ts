@@ -57,7 +57,6 @@ const REFERENCE_ONLY: readonly [RegExp, string, ((value: string) => boolean)?][]
     /^(PROMETHEUS_MAPPER_YAML|PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS)$/,
     "tollgate's metrics have names of their own (docs/operations.md), and durations are in seconds",
   ],
-  [/^(DEBUG_HOST|DEBUG_PORT)$/, 'there is no debug port'],
   [
     /^(RUNTIME_WATCH_ROOT|RUNTIME_IGNOREDOTFILES)$/,
     'the rules directory is watched as a whole, and dotfiles are skipped',
@@ -75,6 +74,14 @@ function modeWarnings(env: Record<string, string | undefined>): string[] {
     warnings.push(
       'STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true is read only under COMPAT_MODE=reference: ' +
         'without it, a denied request never increments any counter',
+    );
+  }
+  const debug = ['DEBUG_HOST', 'DEBUG_PORT'].filter((name) => (env[name] ?? '') !== '');
+  const rlconfig = (env.RLCONFIG ?? '').toLowerCase();
+  if (debug.length > 0 && (rlconfig === 'on' || rlconfig === 'off')) {
+    warnings.push(
+      `${debug.join(', ')} ${debug.length === 1 ? 'is' : 'are'} set but RLCONFIG=${rlconfig}: ` +
+        'there is no debug listener (RLCONFIG=debug serves /rlconfig there)',
     );
   }
   if (!/^grpc_xds_sotw$/i.test(env.CONFIG_TYPE ?? '')) {
@@ -141,6 +148,9 @@ export function listeningReport(
       ? {
           metrics: `${settings.prometheus.host ?? ''}:${ports.metricsPort}${settings.prometheus.path}`,
         }
+      : {}),
+    ...(settings.rlconfig.on === 'debug' && ports.debugPort !== undefined
+      ? { rlconfig: `${settings.rlconfig.host}:${ports.debugPort}/rlconfig` }
       : {}),
     store: describeStore(settings),
     rules: {

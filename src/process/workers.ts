@@ -3,7 +3,7 @@
  * node:cluster primary that serves nothing. The primary forks the workers, each a whole service.
  * Their gRPC and HTTP listeners are one socket each, held by the primary, and it hands each new
  * connection to the next worker. It replaces a worker that dies, with a backoff, and answers a
- * worker's /metrics with every worker's counts summed. On SIGTERM it forwards the signal and exits
+ * worker's /metrics with every worker's counts summed, one sum at a time. On SIGTERM it forwards the signal and exits
  * once they have all drained. This is the only module that imports node:cluster.
  */
 import cluster, { type Worker } from 'node:cluster';
@@ -14,6 +14,7 @@ import {
   createMetricsAggregator,
   type MetricsSnapshot,
 } from '../observability/metrics.js';
+import { shareBuilds } from '../observability/exposition.js';
 import { loadRules } from '../rules/loadRules.js';
 import { createService } from './service.js';
 import { readSettings, type Settings } from './settings.js';
@@ -423,13 +424,16 @@ function createClusterMetrics(members: ReadonlyMap<number, Member>): ClusterMetr
     const live = [...members.values()].flatMap((m) => (m.last ? [m.last] : []));
     return aggregator.exposition(live);
   }
+  // Every worker's scrapes share one sum, spaced by its cost: a scrape flood does not ask the
+  // workers for their counts once per scrape.
+  const sharedSum = shareBuilds(sum);
 
   return {
     received(member, id, snapshot) {
       member.waiting.get(id)?.(snapshot);
     },
     answer(worker, id) {
-      void sum().then(
+      void sharedSum().then(
         (exposition) => send(worker, { type: 'tollgate:exposition', id, exposition }),
         (error: unknown) => send(worker, { type: 'tollgate:exposition', id, error: String(error) }),
       );

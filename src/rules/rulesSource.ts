@@ -1,6 +1,6 @@
 import { NoRulesError, RulesError } from '../core/errors.js';
 import type { Logger } from '../core/logger.js';
-import { dumpRules } from './dumpRules.js';
+import { createRulesDumps } from './dumpRules.js';
 import { createRulesLoader } from './loadOffThread.js';
 import { loadRules, type LoadRulesOptions } from './loadRules.js';
 import type { RuleSet } from './types.js';
@@ -34,8 +34,8 @@ export interface RulesSource {
   start(): Promise<void>;
   /** Loads the files again now, changed or not (SIGHUP); the current rules serve meanwhile. */
   reload(): void;
-  /** What GET /rlconfig shows. */
-  dump(): string[];
+  /** What GET /rlconfig shows: built once per rules version, on its first request. */
+  dump(): Promise<Buffer>;
   close(): void;
 }
 
@@ -86,6 +86,12 @@ export function createRulesSource(
     );
   }
   let watcher: RulesWatcher | undefined;
+  const dumps = createRulesDumps(({ lines, body, buildMs }) =>
+    logger.info(
+      { lines, bytes: body.length, ms: Math.round(buildMs) },
+      'rules dump built for /rlconfig',
+    ),
+  );
   return {
     current() {
       if (state.rules !== undefined) return state.rules;
@@ -114,12 +120,12 @@ export function createRulesSource(
       await first;
     },
     reload: () => watcher?.reload(),
-    dump() {
-      const lines = state.rules === undefined ? [] : dumpRules(state.rules);
-      if (xds === undefined) return lines;
+    async dump() {
+      if (xds === undefined) return (await dumps(state.rules, [])).body;
       const applied = state.xdsClient?.version;
       const version = applied === undefined ? 'none yet' : `'${shortVersion(applied)}'`;
-      return [`# source: xds ${xds.serverUrl}, version ${version}`, ...lines];
+      return (await dumps(state.rules, [`# source: xds ${xds.serverUrl}, version ${version}`]))
+        .body;
     },
     close() {
       watcher?.close();

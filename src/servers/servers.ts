@@ -6,10 +6,20 @@ import { createServerCredentials } from './grpc/credentials.js';
 import { createGrpcServer, routeGrpcLogs, type GrpcServer } from './grpc/server.js';
 import { grpcServerOptions, guardOptions } from './grpc/serverOptions.js';
 import type { GrpcServerSettings } from './grpc/serverSettings.js';
-import { createHttpServer, createMetricsServer, type HttpServer } from './http/server.js';
+import {
+  createDebugServer,
+  createHttpServer,
+  createInFlightBound,
+  createMetricsServer,
+  type HttpServer,
+} from './http/server.js';
 import type { HttpServerSettings } from './http/serverSettings.js';
 import type { Logger } from '../core/logger.js';
 import type { Bound } from '../observability/metrics.js';
+import { shareBuilds } from '../observability/exposition.js';
+
+/** /rlconfig requests answered at once; a dump may be megabytes. */
+export const MAX_RLCONFIG_REQUESTS = 4;
 
 /**
  * The servers a check arrives on: gRPC (ShouldRateLimit, health, reflection, RLQS's stream; the
@@ -33,12 +43,20 @@ export interface MetricsListenSettings {
   path: string;
 }
 
-/** The ports bound; metricsPort only when the metrics have a listener of their own. */
+/**
+ * Where GET /rlconfig is served (RLCONFIG): on the HTTP port, on a listener of its own as the
+ * reference's debug port (DEBUG_HOST, DEBUG_PORT), or nowhere.
+ */
+export type RlconfigSettings =
+  { on: 'http' } | { on: 'off' } | { on: 'debug'; host: string; port: number };
+
+/** The ports bound; metricsPort and debugPort only for listeners of their own. */
 export interface ListeningPorts {
   /** 0 when on a Unix socket. */
   grpcPort: number;
   httpPort: number;
   metricsPort?: number;
+  debugPort?: number;
 }
 
 /** The settings the servers read. */
@@ -56,16 +74,17 @@ export interface ServerSettings {
   limitOverrides: boolean;
   compatMode: 'off' | 'reference';
   prometheus: MetricsListenSettings | undefined;
+  rlconfig: RlconfigSettings;
 }
 
 export interface ServersOptions {
   settings: ServerSettings;
   decide: <C>(check: Check, headers: C, readHeader: HeaderReader<C>) => Promise<Decision>;
   health: () => { serving: boolean; reason: string };
-  /** What GET /metrics answers. */
+  /** What GET /metrics answers; builds are shared by the scrapes that wait for them. */
   metrics: () => Promise<{ contentType: string; body: string }>;
   /** What GET /rlconfig answers. */
-  rules: () => readonly string[];
+  rlconfig: () => Promise<Buffer>;
   logger: Logger;
   /** What the servers count: requests refused as malformed, and bounds reached. */
   events: ServerEvents;
@@ -109,32 +128,54 @@ export function createServers(options: ServersOptions): Servers {
         logger.error({ err: error }, 'TLS files not reloaded; serving the previous ones'),
     }),
   });
-  const http = createHttpServer({
-    decide: options.decide,
-    health: options.health,
-    metrics: options.metrics,
-    rules: options.rules,
-    limits,
+  const listener = {
     onInternalError,
-    onInvalidRequest,
-    jsonRefusal: jsonRefusal(settings),
     bounds: settings.http,
     onConnectionRefused: () => events.boundReached('http_connections'),
+  };
+  // Scrapes wait for a shared exposition rather than being refused: the kubelet's liveness probe
+  // asks /metrics too, and must not fail under a flood. Its bytes are encoded once, for all.
+  const metrics = {
+    metrics: shareBuilds(async () => {
+      const { contentType, body } = await options.metrics();
+      return { contentType, body: Buffer.from(body) };
+    }),
+  };
+  const rlconfig = {
+    rlconfig: options.rlconfig,
+    rlconfigBound: createInFlightBound(MAX_RLCONFIG_REQUESTS, () =>
+      events.boundReached('http_rlconfig'),
+    ),
+  };
+  const http = createHttpServer({
+    ...listener,
+    ...metrics,
+    ...(settings.rlconfig.on === 'http' ? rlconfig : {}),
+    decide: options.decide,
+    health: options.health,
+    limits,
+    onInvalidRequest,
+    jsonRefusal: jsonRefusal(settings),
   });
-  const metrics =
-    settings.prometheus &&
-    createMetricsServer({
-      path: settings.prometheus.path,
-      metrics: options.metrics,
-      onInternalError,
-      bounds: settings.http,
-      onConnectionRefused: () => events.boundReached('http_connections'),
-    });
+  const others = {
+    metrics:
+      settings.prometheus &&
+      createMetricsServer({ ...listener, ...metrics, path: settings.prometheus.path }),
+    debug:
+      settings.rlconfig.on === 'debug'
+        ? createDebugServer({ ...listener, ...rlconfig })
+        : undefined,
+  };
   return {
-    listen: () => listenAll(settings, grpc, http, metrics),
+    listen: () => listenAll(settings, grpc, http, others),
     setServing: (serving) => grpc.setServing(serving),
     async close(graceMs) {
-      await Promise.all([grpc.shutdown(graceMs), http.close(graceMs), metrics?.close(graceMs)]);
+      await Promise.all([
+        grpc.shutdown(graceMs),
+        http.close(graceMs),
+        others.metrics?.close(graceMs),
+        others.debug?.close(graceMs),
+      ]);
     },
   };
 }
@@ -143,7 +184,7 @@ async function listenAll(
   settings: ServerSettings,
   grpc: GrpcServer,
   http: HttpServer,
-  metrics: HttpServer | undefined,
+  others: { metrics: HttpServer | undefined; debug: HttpServer | undefined },
 ): Promise<ListeningPorts> {
   const grpcAddress = settings.grpcUds ?? `${settings.grpcHost}:${settings.grpcPort}`;
   const grpcPort = await (
@@ -156,12 +197,22 @@ async function listenAll(
   const httpPort = await http.listen(settings.host, settings.port).catch((error: unknown) => {
     throw listenError('PORT', `${settings.host}:${settings.port}`, error);
   });
+  const ports: ListeningPorts = { grpcPort, httpPort };
   const prometheus = settings.prometheus;
-  if (metrics === undefined || prometheus === undefined) return { grpcPort, httpPort };
-  const metricsPort = await metrics.listen(prometheus.host, prometheus.port).catch((error) => {
-    throw listenError('PROMETHEUS_ADDR', `${prometheus.host ?? ''}:${prometheus.port}`, error);
-  });
-  return { grpcPort, httpPort, metricsPort };
+  if (others.metrics !== undefined && prometheus !== undefined) {
+    ports.metricsPort = await others.metrics
+      .listen(prometheus.host, prometheus.port)
+      .catch((error: unknown) => {
+        throw listenError('PROMETHEUS_ADDR', `${prometheus.host ?? ''}:${prometheus.port}`, error);
+      });
+  }
+  const rlconfig = settings.rlconfig;
+  if (others.debug !== undefined && rlconfig.on === 'debug') {
+    ports.debugPort = await others.debug.listen(rlconfig.host, rlconfig.port).catch((error) => {
+      throw listenError('DEBUG_PORT', `${rlconfig.host}:${rlconfig.port}`, error);
+    });
+  }
+  return ports;
 }
 
 /**

@@ -6,7 +6,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Check, Decision } from '../../src/core/check.js';
 import { StoreError } from '../../src/core/errors.js';
-import { createHttpServer, type HttpServer } from '../../src/servers/http/server.js';
+import {
+  createDebugServer,
+  createHttpServer,
+  createInFlightBound,
+  type HttpServer,
+} from '../../src/servers/http/server.js';
 import { createLimiter } from '../../src/decision/limiter.js';
 import { loadRules } from '../../src/rules/loadRules.js';
 import { createMemoryStore } from '../../src/store/memoryStore.js';
@@ -75,7 +80,8 @@ beforeAll(async () => {
       contentType: 'text/plain; version=0.0.4; charset=utf-8',
       body: METRICS,
     }),
-    rules: () => ['api.tenant: unit=MINUTE requests_per_unit=3', 'api.tenant_acme: unlimited'],
+    rlconfig: async () =>
+      Buffer.from('api.tenant: unit=MINUTE requests_per_unit=3\napi.tenant_acme: unlimited\n'),
     limits: { maxDescriptors: 4, maxEntries: 3, maxEntryBytes: 16 },
     onInternalError: (error) => internalErrors.push(error),
   });
@@ -377,6 +383,38 @@ describe('the other endpoints', () => {
   });
 });
 
+describe('requests at once to /metrics and /rlconfig', () => {
+  it('past the bound, 503 with Retry-After, counted; a place frees once its answer is sent', async () => {
+    let release = () => {};
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const refused: string[] = [];
+    const debug = createDebugServer({
+      rlconfig: async () => {
+        await held;
+        return Buffer.from('api.tenant: unlimited\n');
+      },
+      rlconfigBound: createInFlightBound(2, () => refused.push('http_rlconfig')),
+    });
+    const url = `http://127.0.0.1:${await debug.listen('127.0.0.1', 0)}/rlconfig`;
+    try {
+      const waiting = [fetch(url), fetch(url)];
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const third = await fetch(url);
+      expect([third.status, third.headers.get('retry-after')]).toEqual([503, '1']);
+      expect(await third.text()).toBe('too many /rlconfig requests at once; try again shortly');
+      expect(refused).toEqual(['http_rlconfig']);
+      release();
+      for (const response of await Promise.all(waiting)) {
+        expect([response.status, await response.text()]).toEqual([200, 'api.tenant: unlimited\n']);
+      }
+      expect((await fetch(url)).status).toBe(200);
+      expect((await fetch(url.replace('/rlconfig', '/metrics'))).status).toBe(404);
+    } finally {
+      await debug.close(1_000);
+    }
+  });
+});
+
 describe('close', () => {
   const stalled = () => {
     let release = () => {};
@@ -391,7 +429,6 @@ describe('close', () => {
       },
       health: () => ({ serving: true, reason: 'OK' }),
       metrics: async () => ({ contentType: 'text/plain', body: '' }),
-      rules: () => [],
       limits: { maxDescriptors: 4, maxEntries: 3, maxEntryBytes: 16 },
     });
     return { http, release };

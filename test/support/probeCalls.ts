@@ -1,9 +1,21 @@
 import type { RateLimitClient } from '@tollgate/client';
 import { callCheck, d } from './tollgate.js';
 
+export interface ProbeResult {
+  /** The slowest answer, in ms. */
+  slowestMs: number;
+  /** The median and 99th percentile answer, in ms. */
+  p50Ms: number;
+  p99Ms: number;
+  calls: number;
+  /** Calls that failed or were refused, with the first few errors' messages. */
+  failed: number;
+  errors: string[];
+}
+
 export interface Probe {
-  /** The slowest answer so far, in ms, and how many calls failed or were refused. */
-  stop(): Promise<{ slowestMs: number; calls: number; failed: number }>;
+  /** Stops calling, and tells how the calls went. */
+  stop(): Promise<ProbeResult>;
 }
 
 /**
@@ -12,19 +24,19 @@ export interface Probe {
  */
 export function probeCalls(tollgate: { client: RateLimitClient }): Probe {
   let stopped = false;
-  let slowestMs = 0;
-  let calls = 0;
+  const times: number[] = [];
+  const errors: string[] = [];
   let failed = 0;
   const loop = (async () => {
     while (!stopped) {
       const started = performance.now();
       try {
         await callCheck(tollgate.client, { domain: 'api', descriptors: [d('tenant', 'probe')] });
-      } catch {
+      } catch (error) {
         failed += 1;
+        if (errors.length < 5) errors.push((error as Error).message);
       }
-      calls += 1;
-      slowestMs = Math.max(slowestMs, performance.now() - started);
+      times.push(performance.now() - started);
       await new Promise((resolve) => setTimeout(resolve, 10));
     }
   })();
@@ -32,7 +44,16 @@ export function probeCalls(tollgate: { client: RateLimitClient }): Probe {
     async stop() {
       stopped = true;
       await loop;
-      return { slowestMs, calls, failed };
+      const sorted = [...times].sort((a, b) => a - b);
+      const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+      return {
+        slowestMs: sorted.at(-1) ?? 0,
+        p50Ms: at(0.5) ?? 0,
+        p99Ms: at(0.99) ?? 0,
+        calls: times.length,
+        failed,
+        errors,
+      };
     },
   };
 }

@@ -3,7 +3,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { dumpRules } from '../../src/rules/dumpRules.js';
+import {
+  createRulesDumps,
+  dumpRules,
+  dumpRulesText,
+  type RulesDumpText,
+} from '../../src/rules/dumpRules.js';
 import { loadRules } from '../../src/rules/loadRules.js';
 
 const FIXTURES = fileURLToPath(new URL('../fixtures/rules/', import.meta.url));
@@ -105,5 +110,30 @@ descriptors:
 
   it('writes nothing for rules without limits', () => {
     expect(dump({ 'rules.yaml': 'domain: empty\ndescriptors:\n  - key: k\n' })).toEqual([]);
+  });
+});
+
+describe("/rlconfig's dumps", () => {
+  const rules = loadRules(join(FIXTURES, 'merge'), { ...OPTIONS, mergeDomainConfig: true });
+
+  it('hold the same lines as dumpRules, after the head, one a line', async () => {
+    const text = await dumpRulesText(rules, ['# source: xds']);
+    expect(text.body.toString()).toBe(['# source: xds', ...dumpRules(rules), ''].join('\n'));
+    expect(text.lines).toBe(dumpRules(rules).length + 1);
+    expect((await dumpRulesText(undefined, [])).body.length).toBe(0);
+  });
+
+  it('are built once per rules and head, and shared by the requests meanwhile', async () => {
+    const built: RulesDumpText[] = [];
+    const dumps = createRulesDumps((dump) => built.push(dump));
+    const [a, b] = await Promise.all([dumps(rules, ['# v1']), dumps(rules, ['# v1'])]);
+    expect(a).toBe(b);
+    expect(await dumps(rules, ['# v1'])).toBe(a);
+    expect(built).toHaveLength(1);
+    // A new xDS version, with the same rules, or new rules: built again.
+    expect((await dumps(rules, ['# v2'])).body.toString()).toMatch(/^# v2\n/);
+    const reloaded = loadRules(join(FIXTURES, 'merge'), { ...OPTIONS, mergeDomainConfig: true });
+    expect(await dumps(reloaded, ['# v2'])).not.toBe(a);
+    expect(built).toHaveLength(3);
   });
 });

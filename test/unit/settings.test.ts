@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { SettingsError } from '../../src/core/errors.js';
 import { BUNDLED_RULES, readSettings } from '../../src/process/settings.js';
+import { ignoredReferenceSettings } from '../../src/process/startupReport.js';
 import { createTracing } from '../../src/observability/tracing.js';
 
 function failure(env: Record<string, string>): SettingsError {
@@ -630,6 +631,38 @@ describe('statsd settings', () => {
       /^EXTRA_TAGS: 'b' is not key:value/,
     );
     expect(failure({ STATSD_PROTOCOL: 'quic' }).message).toMatch(/^STATSD_PROTOCOL: 'quic'/);
+  });
+});
+
+describe('where /rlconfig is served (RLCONFIG)', () => {
+  it('is the HTTP port by default, and the debug port once DEBUG_HOST or DEBUG_PORT is set', () => {
+    expect(readSettings({}).rlconfig).toEqual({ on: 'http' });
+    expect(readSettings({ RLCONFIG: 'off' }).rlconfig).toEqual({ on: 'off' });
+    expect(readSettings({ RLCONFIG: 'debug' }).rlconfig).toEqual({
+      on: 'debug',
+      host: '0.0.0.0',
+      port: 6070,
+    });
+    expect(readSettings({ DEBUG_PORT: '7070' }).rlconfig).toEqual({
+      on: 'debug',
+      host: '0.0.0.0',
+      port: 7070,
+    });
+    expect(readSettings({ DEBUG_HOST: '127.0.0.1', RLCONFIG: 'on' }).rlconfig).toEqual({
+      on: 'http',
+    });
+  });
+
+  it('refuses a value it does not know, naming the setting', () => {
+    expect(failure({ RLCONFIG: 'admin' }).message).toMatch(/^RLCONFIG: 'admin'/);
+    expect(failure({ DEBUG_PORT: '70000' }).message).toMatch(/^DEBUG_PORT/);
+  });
+
+  it('warns once when DEBUG_HOST or DEBUG_PORT is set but RLCONFIG keeps /rlconfig off it', () => {
+    expect(ignoredReferenceSettings({ DEBUG_PORT: '6070' })).toEqual([]);
+    expect(ignoredReferenceSettings({ DEBUG_PORT: '6070', RLCONFIG: 'off' })).toEqual([
+      'DEBUG_PORT is set but RLCONFIG=off: there is no debug listener (RLCONFIG=debug serves /rlconfig there)',
+    ]);
   });
 });
 

@@ -6,7 +6,8 @@ import { InvalidRequestError, NoRulesError, StoreError } from '../../core/errors
 
 export interface HttpReply {
   status: number;
-  body: string;
+  /** A Buffer is sent as it is: a large body built once is not copied per request. */
+  body: string | Buffer;
   contentType: string;
   headers?: Record<string, string>;
   /** Close the connection after answering, e.g. when the request body was left unread. */

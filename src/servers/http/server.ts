@@ -1,7 +1,9 @@
 /**
  * The HTTP port, as the reference service (envoyproxy/ratelimit) serves it: `GET /healthcheck`,
  * `POST /json` (ShouldRateLimit in proto3 JSON), `GET /metrics` and `GET /rlconfig`, on node:http
- * alone. Like the gRPC server it is a thin adapter: the service owns health, metrics and rules.
+ * alone; and the listeners of their own for the metrics (PROMETHEUS_ADDR) and for /rlconfig
+ * (RLCONFIG=debug). Like the gRPC server it is a thin adapter: the service owns health, metrics
+ * and rules.
  */
 import { isUtf8 } from 'node:buffer';
 import http from 'node:http';
@@ -24,9 +26,10 @@ export interface HttpServerOptions {
   /** The body of /healthcheck is `reason`, verbatim: e.g. "OK" or "NOT_SERVING: draining". */
   health(): { serving: boolean; reason: string };
   /** The body of /metrics and its content type, e.g. prom-client's registry. */
-  metrics(): Promise<{ contentType: string; body: string }>;
-  /** /rlconfig: one line per loaded rule. */
-  rules(): readonly string[];
+  metrics(): Promise<{ contentType: string; body: string | Buffer }>;
+  /** /rlconfig's text, one line per loaded rule; unset: not served here (404). */
+  rlconfig?: () => Promise<Buffer>;
+  rlconfigBound?: InFlightBound;
   limits: RequestLimits;
   /** Told of each error answered 500, i.e. a bug, for the caller to log. */
   onInternalError?(error: unknown): void;
@@ -70,6 +73,36 @@ export const MAX_JSON_BODY_BYTES = 1024 * 1024;
 interface Route {
   methods: readonly string[];
   handle(request: http.IncomingMessage): HttpReply | Promise<HttpReply>;
+  /** Requests of this path at once; past it, 503. */
+  bound?: InFlightBound;
+}
+
+/**
+ * At most `max` requests of a path answered at once, from the request until its answer is sent
+ * (or its connection gone); past it, 503 with Retry-After, and `onRefused`. One bound may be
+ * shared by the listeners that serve the same path.
+ */
+export interface InFlightBound {
+  /** Takes a place; false when all are taken. */
+  take(): boolean;
+  release(): void;
+}
+
+export function createInFlightBound(max: number, onRefused: () => void): InFlightBound {
+  let held = 0;
+  return {
+    take() {
+      if (held >= max) {
+        onRefused();
+        return false;
+      }
+      held++;
+      return true;
+    },
+    release() {
+      held--;
+    },
+  };
 }
 
 const text = (status: number, body: string): HttpReply => ({
@@ -82,19 +115,35 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
   return serveRoutes(createRoutes(options), options);
 }
 
-/** What the metrics' own listener needs (PROMETHEUS_ADDR): the path, and what it answers. */
-export type MetricsServerOptions = Pick<
+type ListenerOptions = Pick<
   HttpServerOptions,
-  'metrics' | 'onInternalError' | 'bounds' | 'onConnectionRefused'
-> & { path: string };
+  'onInternalError' | 'bounds' | 'onConnectionRefused'
+>;
+
+/** What the metrics' own listener needs (PROMETHEUS_ADDR): the path, and what it answers. */
+export type MetricsServerOptions = ListenerOptions &
+  Pick<HttpServerOptions, 'metrics'> & { path: string };
 
 /** A listener that answers GET `path` with the metrics, and nothing else. */
 export function createMetricsServer(options: MetricsServerOptions): HttpServer {
   const routes = new Map<string, Route>([
-    [options.path, { methods: ['GET', 'HEAD'], handle: () => metrics(options) }],
+    [options.path, { methods: GET, handle: () => metrics(options) }],
   ]);
   return serveRoutes(routes, options);
 }
+
+/** What the debug listener needs (RLCONFIG=debug): what /rlconfig answers. */
+export type DebugServerOptions = ListenerOptions &
+  Required<Pick<HttpServerOptions, 'rlconfig'>> &
+  Pick<HttpServerOptions, 'rlconfigBound'>;
+
+/** A listener that answers GET /rlconfig, as the reference's debug port does, and nothing else. */
+export function createDebugServer(options: DebugServerOptions): HttpServer {
+  const routes = new Map<string, Route>([['/rlconfig', rlconfigRoute(options.rlconfig, options)]]);
+  return serveRoutes(routes, options);
+}
+
+const GET = ['GET', 'HEAD'];
 
 function serveRoutes(
   routes: ReadonlyMap<string, Route>,
@@ -102,7 +151,7 @@ function serveRoutes(
 ): HttpServer {
   let closing = false;
   const server = createNodeServer(options, (request, response) => {
-    route(routes, request, options)
+    route(routes, request, response, options)
       .then((reply) => send(response, reply, closing))
       .catch((error: unknown) => {
         // E.g. a content type from metrics() that is not a valid header value.
@@ -124,19 +173,31 @@ function serveRoutes(
 /** Each path with its methods and its handler, built once. */
 function createRoutes(options: HttpServerOptions): ReadonlyMap<string, Route> {
   const decodeJson = createJsonRequestDecoder(options.limits);
-  const GET = ['GET', 'HEAD'];
-  return new Map<string, Route>([
+  const routes = new Map<string, Route>([
     ['/healthcheck', { methods: GET, handle: () => healthcheck(options) }],
     ['/json', { methods: ['POST'], handle: (request) => json(request, options, decodeJson) }],
     ['/metrics', { methods: GET, handle: () => metrics(options) }],
-    ['/rlconfig', { methods: GET, handle: () => rlconfig(options) }],
   ]);
+  if (options.rlconfig) routes.set('/rlconfig', rlconfigRoute(options.rlconfig, options));
+  return routes;
+}
+
+function rlconfigRoute(
+  rlconfig: () => Promise<Buffer>,
+  options: Pick<HttpServerOptions, 'rlconfigBound'>,
+): Route {
+  return {
+    methods: GET,
+    handle: async () => ({ ...text(200, ''), body: await rlconfig() }),
+    bound: options.rlconfigBound,
+  };
 }
 
 /** Answers the route of the request's path, or 404 or 405; a handler's error becomes its reply. */
 async function route(
   routes: ReadonlyMap<string, Route>,
   request: http.IncomingMessage,
+  response: http.ServerResponse,
   options: Pick<HttpServerOptions, 'onInternalError'>,
 ): Promise<HttpReply> {
   const path = (request.url ?? '/').split('?', 1)[0] ?? '/';
@@ -145,6 +206,14 @@ async function route(
   if (!found.methods.includes(request.method ?? '')) {
     const allow = found.methods.join(', ');
     return { ...text(405, `${path} allows ${allow}`), headers: { Allow: allow } };
+  }
+  const bound = found.bound;
+  if (bound !== undefined) {
+    if (!bound.take()) {
+      const busy = `too many ${path} requests at once; try again shortly`;
+      return { ...text(503, busy), headers: { 'Retry-After': '1' } };
+    }
+    response.once('close', () => bound.release());
   }
   try {
     return await found.handle(request);
@@ -197,16 +266,6 @@ function invalid(reason: string, options: Pick<HttpServerOptions, 'onInvalidRequ
 
 async function metrics(options: Pick<HttpServerOptions, 'metrics'>): Promise<HttpReply> {
   return { status: 200, ...(await options.metrics()) };
-}
-
-function rlconfig(options: Pick<HttpServerOptions, 'rules'>): HttpReply {
-  return text(
-    200,
-    options
-      .rules()
-      .map((line) => `${line}\n`)
-      .join(''),
-  );
 }
 
 function send(response: http.ServerResponse, reply: HttpReply, closing: boolean): void {
