@@ -1,4 +1,4 @@
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
@@ -183,6 +183,46 @@ describe('start-up refuses what it cannot honour, in one line', () => {
       stderr: "tollgate: USE_STATSD: 'enabled' is not true or false\n",
     });
   });
+});
+
+describe('scripts/supported-node.sh, which npm start and npm test run through', () => {
+  const nodeOf = (line: string) =>
+    execFileSync('bash', ['scripts/node-line.sh', line], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }).trim();
+
+  function wrapped(bin: string, env: Record<string, string> = {}) {
+    const result = spawnSync(
+      'bash',
+      ['scripts/supported-node.sh', 'node', '-p', 'process.versions.node'],
+      { encoding: 'utf8', env: { PATH: `${bin}:${process.env.PATH ?? ''}`, ...env } },
+    );
+    return { status: result.status, version: result.stdout.trim(), stderr: result.stderr };
+  }
+
+  it("runs the command on the image's line where node is older, saying so in one line", () => {
+    const old = nodeOf('unsupported');
+    const image = execFileSync(join(nodeOf('image'), 'node'), ['-p', 'process.versions.node'], {
+      encoding: 'utf8',
+    }).trim();
+    const oldVersion = execFileSync(join(old, 'node'), ['-p', 'process.versions.node'], {
+      encoding: 'utf8',
+    }).trim();
+    expect(wrapped(old)).toEqual({
+      status: 0,
+      version: image,
+      stderr: `tollgate: Node ${oldVersion} is not a supported line (22, 24, 26): running on Node ${image} from scripts/node-line.sh\n`,
+    });
+    // The escape hatch runs it on the old line, where the service only warns.
+    expect(wrapped(old, { TOLLGATE_ALLOW_UNSUPPORTED_NODE: 'true' })).toEqual({
+      status: 0,
+      version: oldVersion,
+      stderr: '',
+    });
+    // On a supported line it changes nothing.
+    expect(wrapped(nodeOf('image'))).toEqual({ status: 0, version: image, stderr: '' });
+  }, 180_000);
 });
 
 describe('start-up warns, in one log line each', () => {
