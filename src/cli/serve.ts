@@ -1,4 +1,5 @@
 import { RulesError, SettingsError } from '../core/errors.js';
+import { checkNodeLine } from '../core/nodeLines.js';
 import { positionalsOrHelp, UsageError, type Command } from './args.js';
 
 const usage = `Usage: tollgate serve
@@ -12,12 +13,15 @@ Options:
 
 /**
  * Starts the service: alone, or as the primary of WORKERS (whose workers run this same command).
- * Bad settings or rules print one line and exit 1, without a stack.
+ * A Node line outside package.json's engines, bad settings or bad rules print one line and exit 1,
+ * without a stack.
  */
 export async function startService(): Promise<void> {
-  // Loaded only here, so that the other commands do not pay for the service's modules.
-  const { run } = await import('../process/workers.js');
   try {
+    // Before the service's modules load: on another line, they might fail in ways of their own.
+    checkNodeLine(process.versions.node, process.env);
+    // Loaded only here, so that the other commands do not pay for the service's modules.
+    const { run } = await import('../process/workers.js');
     await run();
   } catch (error) {
     if (!(error instanceof SettingsError || error instanceof RulesError)) throw error;

@@ -3,22 +3,48 @@ import { SettingsError } from './errors.js';
 
 /**
  * Readers of one environment variable each, for `process/settings.ts`. An unset or empty variable takes
- * the default; a bad one throws a SettingsError that names it.
+ * the default; a bad one throws a SettingsError that names it. Each reader's `name` must be a key
+ * of its `env`'s type, so an `env` typed with the known names (as settings.ts types it) refuses
+ * to compile a read of any other name.
  */
 export type Env = Record<string, string | undefined>;
+/** An environment that may hold only the names N. */
+export type NamedEnv<N extends string> = Partial<Record<N, string>>;
 
-export function text(env: Env, name: string, fallback: string): string {
+/** The booleans a setting may take, in any case; docs/settings.md lists the same. */
+export const TRUE_WORDS = ['true', '1', 'yes', 'on'] as const;
+export const FALSE_WORDS = ['false', '0', 'no', 'off'] as const;
+
+/**
+ * A Kubernetes service link, as the kubelet injects one for every Service of the namespace:
+ * `NAME_PORT=tcp://10.0.0.1:8125` and its kin. When such a value lands on a setting (a Service
+ * named statsd or grpc), the message says so.
+ */
+export const SERVICE_LINK_VALUE = /^(tcp|udp|sctp):\/\/[^\s/]+:\d+$/i;
+
+function serviceLinkHint(value: string): string {
+  return SERVICE_LINK_VALUE.test(value)
+    ? " (a Kubernetes service link's value: a Service of that name injects it; set the value " +
+        'explicitly, or enableServiceLinks: false in the pod spec)'
+    : '';
+}
+
+export function text<N extends string>(
+  env: NamedEnv<N>,
+  name: NoInfer<N>,
+  fallback: string,
+): string {
   const value = env[name];
   return value === undefined || value === '' ? fallback : value;
 }
 
-export function optional(env: Env, name: string): string | undefined {
+export function optional<N extends string>(env: NamedEnv<N>, name: NoInfer<N>): string | undefined {
   return env[name] || undefined;
 }
 
-export function integer(
-  env: Env,
-  name: string,
+export function integer<N extends string>(
+  env: NamedEnv<N>,
+  name: NoInfer<N>,
   fallback: number,
   min: number,
   max: number,
@@ -26,12 +52,18 @@ export function integer(
   const value = env[name];
   if (value === undefined || value === '') return fallback;
   if (!/^\d+$/.test(value) || Number(value) < min || Number(value) > max) {
-    throw new SettingsError(`${name}: '${value}' is not a whole number from ${min} to ${max}`);
+    throw new SettingsError(
+      `${name}: '${value}' is not a whole number from ${min} to ${max}${serviceLinkHint(value)}`,
+    );
   }
   return Number(value);
 }
 
-export function ratio(env: Env, name: string, fallback: number): number {
+export function ratio<N extends string>(
+  env: NamedEnv<N>,
+  name: NoInfer<N>,
+  fallback: number,
+): number {
   const value = env[name];
   if (value === undefined || value === '') return fallback;
   const number = Number(value);
@@ -41,19 +73,31 @@ export function ratio(env: Env, name: string, fallback: number): number {
   return number;
 }
 
-export function boolean(env: Env, name: string, fallback: boolean): boolean {
+/** A word of TRUE_WORDS or FALSE_WORDS, in any case, as its boolean; undefined for any other. */
+export function booleanWord(value: string): boolean | undefined {
+  const lower = value.toLowerCase();
+  if ((TRUE_WORDS as readonly string[]).includes(lower)) return true;
+  if ((FALSE_WORDS as readonly string[]).includes(lower)) return false;
+  return undefined;
+}
+
+/** The one reader of a boolean setting: TRUE_WORDS or FALSE_WORDS, in any case. */
+export function boolean<N extends string>(
+  env: NamedEnv<N>,
+  name: NoInfer<N>,
+  fallback: boolean,
+): boolean {
   const value = env[name];
   if (value === undefined || value === '') return fallback;
-  const lower = value.toLowerCase();
-  if (['true', '1', 'yes', 'on'].includes(lower)) return true;
-  if (['false', '0', 'no', 'off'].includes(lower)) return false;
+  const word = booleanWord(value);
+  if (word !== undefined) return word;
   throw new SettingsError(`${name}: '${value}' is not true or false`);
 }
 
 /** One of `choices`, written in any case. */
-export function oneOf<T extends string>(
-  env: Env,
-  name: string,
+export function oneOf<T extends string, N extends string>(
+  env: NamedEnv<N>,
+  name: NoInfer<N>,
   choices: readonly T[],
   fallback: T,
 ): T {
@@ -67,7 +111,12 @@ export function oneOf<T extends string>(
 }
 
 /** A Go duration in whole milliseconds, rounded up; `min` is the smallest allowed. */
-export function duration(env: Env, name: string, fallback: string, min = 1): number {
+export function duration<N extends string>(
+  env: NamedEnv<N>,
+  name: NoInfer<N>,
+  fallback: string,
+  min = 1,
+): number {
   const value = env[name] || fallback;
   let ms: number;
   try {

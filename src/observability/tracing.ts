@@ -8,7 +8,7 @@ import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
 import type * as TraceNode from '@opentelemetry/sdk-trace-node';
 import type * as Conventions from '@opentelemetry/semantic-conventions';
 import type { RequestHeader } from '../core/check.js';
-import { optional, type Env } from '../core/envValues.js';
+import { boolean, optional, type Env } from '../core/envValues.js';
 import { InvalidRequestError } from '../core/errors.js';
 import { createOtlpExporter, loadOpenTelemetry } from './otlpExporter.js';
 import type { CheckEvent } from '../decision/outcome.js';
@@ -55,7 +55,7 @@ export function createTracing(options: TracingOptions): Tracing {
   const { env } = options;
   let exporter = options.exporter;
   if (exporter === undefined) {
-    if (optional(env, 'OTEL_SDK_DISABLED')?.toLowerCase() === 'true') return DISABLED;
+    if (boolean(env, 'OTEL_SDK_DISABLED', false)) return DISABLED;
     exporter = createOtlpExporter(env);
     if (exporter === undefined) return DISABLED;
   }
@@ -90,9 +90,7 @@ export function createTracing(options: TracingOptions): Tracing {
   // and batch sizes are read from process.env by the SDK.
   const provider = new NodeTracerProvider({
     resource: defaultResource().merge(
-      resourceFromAttributes({
-        [ATTR_SERVICE_NAME]: optional(env, 'OTEL_SERVICE_NAME') ?? 'tollgate',
-      }),
+      resourceFromAttributes(serviceAttributes(env, ATTR_SERVICE_NAME)),
     ),
     spanProcessors: [processor],
   });
@@ -148,4 +146,20 @@ export function createTracing(options: TracingOptions): Tracing {
       ]).finally(() => clearTimeout(timer));
     },
   };
+}
+
+/**
+ * The service's name: OTEL_SERVICE_NAME, else the reference's TRACING_SERVICE_NAME (Envoy Gateway
+ * sets it), else tollgate; and the reference's TRACING_SERVICE_NAMESPACE and _INSTANCE_ID.
+ */
+function serviceAttributes(env: Env, nameAttribute: string): Record<string, string> {
+  const attributes: Record<string, string> = {
+    [nameAttribute]:
+      optional(env, 'OTEL_SERVICE_NAME') ?? optional(env, 'TRACING_SERVICE_NAME') ?? 'tollgate',
+  };
+  const namespace = optional(env, 'TRACING_SERVICE_NAMESPACE');
+  const instance = optional(env, 'TRACING_SERVICE_INSTANCE_ID');
+  if (namespace !== undefined) attributes['service.namespace'] = namespace;
+  if (instance !== undefined) attributes['service.instance.id'] = instance;
+  return attributes;
 }

@@ -9,7 +9,7 @@ import type { Lookup } from '../observability/statsdAddress.js';
 import { createRulesSource } from '../rules/rulesSource.js';
 import { createServers, type ListeningPorts } from '../servers/servers.js';
 import type { Settings } from './settings.js';
-import { ignoredReferenceSettings, listeningReport } from './startupReport.js';
+import { listeningReport, startupWarnings } from './startupReport.js';
 import { openStore } from '../store/openStore.js';
 
 /**
@@ -125,7 +125,7 @@ export function createService(options: ServiceOptions): Service {
             'or workers do not share them',
         );
       }
-      for (const warning of ignoredReferenceSettings(env)) logger.warn(warning);
+      for (const warning of startupWarnings(settings, env)) logger.warn(warning);
       return ports;
     },
 

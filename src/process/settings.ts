@@ -8,7 +8,8 @@ import {
   optional,
   ratio,
   text,
-  type Env,
+  type Env as AnyEnv,
+  type NamedEnv,
 } from '../core/envValues.js';
 import { SettingsError } from '../core/errors.js';
 import { redactSecrets, secretsIn } from '../core/redact.js';
@@ -114,9 +115,133 @@ export type {
   XdsSettings,
 };
 
+/**
+ * Every name this file reads, and no other: the readers take only these names (a read of another
+ * does not compile), so this is the one list of tollgate's settings. docs/settings.md documents
+ * each; process/settingNames.ts adds the names that other parts and other programs read.
+ */
+export const SETTING_NAMES = [
+  'BACKEND_TYPE',
+  'CACHE_KEY_PREFIX',
+  'CLOCK',
+  'CLOCK_SKEW_TOLERANCE',
+  'COMPAT_MODE',
+  'CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS',
+  'CONFIG_GRPC_XDS_CLIENT_TLS_CERT',
+  'CONFIG_GRPC_XDS_CLIENT_TLS_KEY',
+  'CONFIG_GRPC_XDS_NODE_ID',
+  'CONFIG_GRPC_XDS_NODE_METADATA',
+  'CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL',
+  'CONFIG_GRPC_XDS_SERVER_TLS_CACERT',
+  'CONFIG_GRPC_XDS_SERVER_TLS_SAN',
+  'CONFIG_GRPC_XDS_SERVER_URL',
+  'CONFIG_GRPC_XDS_SERVER_USE_TLS',
+  'CONFIG_PATH',
+  'CONFIG_POLL_INTERVAL',
+  'CONFIG_SETTLE_TIME',
+  'CONFIG_TYPE',
+  'DEBUG_HOST',
+  'DEBUG_PORT',
+  'DEFAULT_ALGORITHM',
+  'EXTRA_TAGS',
+  'FAILURE_MODE',
+  'FORCE_START_WITHOUT_INITIAL_CONFIG',
+  'GRPC_CALL_TIMEOUT',
+  'GRPC_CLIENT_TLS_CACERT',
+  'GRPC_CLIENT_TLS_SAN',
+  'GRPC_FAST_PATH',
+  'GRPC_HOST',
+  'GRPC_KEEPALIVE_TIME',
+  'GRPC_KEEPALIVE_TIMEOUT',
+  'GRPC_MAX_CALLS',
+  'GRPC_MAX_CONCURRENT_STREAMS',
+  'GRPC_MAX_CONNECTIONS',
+  'GRPC_MAX_CONNECTION_AGE',
+  'GRPC_MAX_CONNECTION_AGE_GRACE',
+  'GRPC_MAX_CONNECTION_IDLE',
+  'GRPC_MAX_RECEIVING_BYTES',
+  'GRPC_PORT',
+  'GRPC_SERVER_TLS_CERT',
+  'GRPC_SERVER_TLS_KEY',
+  'GRPC_SERVER_USE_TLS',
+  'GRPC_UDS',
+  'HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED',
+  'HOST',
+  'HTTP_HEADERS_TIMEOUT',
+  'HTTP_JSON',
+  'HTTP_MAX_CONNECTIONS',
+  'HTTP_REQUEST_TIMEOUT',
+  'LIMIT_LIMIT_HEADER',
+  'LIMIT_OVERRIDES_ENABLED',
+  'LIMIT_REMAINING_HEADER',
+  'LIMIT_RESET_HEADER',
+  'LIMIT_RESPONSE_HEADERS_ENABLED',
+  'LOCAL_CACHE_SIZE_IN_BYTES',
+  'LOG_FORMAT',
+  'LOG_LEVEL',
+  'MAX_DESCRIPTORS',
+  'MAX_ENTRIES',
+  'MAX_ENTRY_BYTES',
+  'MERGE_DOMAIN_CONFIG',
+  'METRICS_MAX_DETAILED_SERIES',
+  'NEAR_LIMIT_RATIO',
+  'OVER_LIMIT_CACHE_SIZE',
+  'PORT',
+  'PROMETHEUS_ADDR',
+  'PROMETHEUS_PATH',
+  'QUOTA_MODE',
+  'RATELIMIT_HEADERS',
+  'REDIS_AUTH',
+  'REDIS_BATCH_LIMIT',
+  'REDIS_BATCH_WINDOW',
+  'REDIS_SOCKET_TYPE',
+  'REDIS_TIMEOUT',
+  'REDIS_TLS',
+  'REDIS_TLS_CACERT',
+  'REDIS_TLS_CLIENT_CERT',
+  'REDIS_TLS_CLIENT_KEY',
+  'REDIS_TLS_SKIP_HOSTNAME_VERIFICATION',
+  'REDIS_TYPE',
+  'REDIS_URL',
+  'RESPONSE_DYNAMIC_METADATA',
+  'RLCONFIG',
+  'RLQS_ASSIGNMENT_TTL_FLOOR',
+  'RLQS_ENABLED',
+  'RLQS_MAX_BUCKETS_PER_STREAM',
+  'RLQS_MAX_CONSUMERS_PER_POOL',
+  'RLQS_MAX_QUEUED_BYTES',
+  'RLQS_MAX_REPORTS_PER_SECOND',
+  'RLQS_MAX_STREAMS',
+  'RLQS_STALE_STREAM',
+  'RLQS_UNMATCHED_ACTION',
+  'RUNTIME_APPDIRECTORY',
+  'RUNTIME_ROOT',
+  'RUNTIME_SUBDIRECTORY',
+  'SHADOW_MODE',
+  'SHUTDOWN_GRACE',
+  'STATSD_HOST',
+  'STATSD_PORT',
+  'STATSD_PROTOCOL',
+  'STATS_FLUSH_INTERVAL',
+  'STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT',
+  'USE_DOG_STATSD',
+  'USE_PROMETHEUS',
+  'USE_STATSD',
+  'WORKERS',
+  'XDS_CLIENT_BACKOFF_INITIAL_INTERVAL',
+  'XDS_CLIENT_BACKOFF_JITTER',
+  'XDS_CLIENT_BACKOFF_MAX_INTERVAL',
+  'XDS_CLIENT_BACKOFF_RANDOM_FACTOR',
+  'XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES',
+  'XDS_REFUSE_EMPTY_UPDATE',
+] as const;
+export type SettingName = (typeof SETTING_NAMES)[number];
+/** The environment as this file sees it: only the names above. */
+type Env = NamedEnv<SettingName>;
+
 export const BUNDLED_RULES = fileURLToPath(new URL('../../config/example.yaml', import.meta.url));
 
-export function readSettings(env: Env = process.env): Settings {
+export function readSettings(env: AnyEnv = process.env): Settings {
   try {
     return readAll(env);
   } catch (error) {
@@ -147,7 +272,34 @@ function readAll(env: Env): Settings {
   if (settings.workers > 1 && !settings.redis) {
     throw new SettingsError('WORKERS: more than 1 needs REDIS_URL, since workers share no memory');
   }
+  refuseWhatTollgateLacks(env, settings.redis);
   return settings;
+}
+
+/**
+ * envoyproxy/ratelimit's settings that ask for what tollgate has not are refused, naming what
+ * works; docs/settings.md says which only draw a warning, and why.
+ */
+function refuseWhatTollgateLacks(env: Env, redis: RedisSettings | undefined): void {
+  const backend = text(env, 'BACKEND_TYPE', '');
+  if (backend !== '' && backend.toLowerCase() !== 'redis') {
+    throw new SettingsError(
+      `BACKEND_TYPE: '${backend}' is not a store tollgate has: counters are in Redis ` +
+        '(REDIS_URL, with BACKEND_TYPE=redis or unset) or, with neither set, in this process',
+    );
+  }
+  if (backend !== '' && redis === undefined) {
+    throw new SettingsError(
+      'BACKEND_TYPE: redis needs REDIS_URL: without it the counters would be in this process ' +
+        'only; set REDIS_URL, or unset BACKEND_TYPE for the in-memory store',
+    );
+  }
+  if (boolean(env, 'USE_DOG_STATSD', false)) {
+    throw new SettingsError(
+      'USE_DOG_STATSD: tollgate sends no DogStatsD: unset it, and scrape GET /metrics ' +
+        '(or PROMETHEUS_ADDR), or send plain statsd with USE_STATSD=true',
+    );
+  }
 }
 
 /** Where tollgate listens, and the bounds of its gRPC and HTTP servers. */
@@ -390,7 +542,7 @@ function hostAndPort(name: string, value: string): { host: string | undefined; p
 }
 
 /** `k1=v1,k2=v2` (or `k1:v1,...`, as the reference's map settings are written). */
-function pairs(env: Env, name: string): Record<string, string> {
+function pairs(env: Env, name: SettingName): Record<string, string> {
   const out: Record<string, string> = {};
   const value = env[name];
   if (!value) return out;
@@ -730,14 +882,15 @@ function splitAuth(auth: string | undefined): [string | undefined, string | unde
  * unless told not to, tollgate only when USE_STATSD=true.
  */
 function readStatsd(env: Env): StatsdSettings | undefined {
-  const settings: StatsdSettings = {
+  // Read only when on: a Service named statsd injects STATSD_PORT=tcp://..., no port number.
+  if (!boolean(env, 'USE_STATSD', false)) return undefined;
+  return {
     host: text(env, 'STATSD_HOST', 'localhost'),
     port: integer(env, 'STATSD_PORT', 8125, 1, 65_535),
     protocol: oneOf(env, 'STATSD_PROTOCOL', ['tcp', 'udp'] as const, 'tcp'),
     flushIntervalMs: duration(env, 'STATS_FLUSH_INTERVAL', '10s', 1),
     extraTags: extraTags(env.EXTRA_TAGS ?? ''),
   };
-  return boolean(env, 'USE_STATSD', false) ? settings : undefined;
 }
 
 /** EXTRA_TAGS as the reference reads it: `key:value` pairs separated by commas. */

@@ -216,6 +216,10 @@ describe('the Helm chart', () => {
     expect(container!.livenessProbe).toMatchObject({ httpGet: { path: '/metrics', port: 'http' } });
   });
 
+  it('gives the pod no service links, which would set STATSD_PORT or GRPC_PORT to tcp://...', async () => {
+    expect(pod(objects(await template([])))).toMatchObject({ enableServiceLinks: false });
+  });
+
   it('probes readiness on HTTP /healthcheck when gRPC speaks TLS, which the gRPC probe cannot', async () => {
     const all = objects(await template(variants[2]!.values));
     const spec = pod(all);

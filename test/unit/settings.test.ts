@@ -1,11 +1,14 @@
 // The settings an operator sets through the environment: every default from BRIEF's table, each
 // bad value stopping start-up with a message that names the setting, the accepted REDIS_URL forms
 // and the reference's RUNTIME_ROOT layout.
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { SettingsError } from '../../src/core/errors.js';
-import { BUNDLED_RULES, readSettings } from '../../src/process/settings.js';
-import { ignoredReferenceSettings } from '../../src/process/startupReport.js';
+import { ALLOW_UNSUPPORTED_NODE } from '../../src/core/nodeLines.js';
+import { isKnownName } from '../../src/process/settingNames.js';
+import { BUNDLED_RULES, readSettings, SETTING_NAMES } from '../../src/process/settings.js';
+import { startupWarnings } from '../../src/process/startupReport.js';
 import { createTracing } from '../../src/observability/tracing.js';
 
 function failure(env: Record<string, string>): SettingsError {
@@ -630,7 +633,129 @@ describe('statsd settings', () => {
     expect(failure({ USE_STATSD: 'true', EXTRA_TAGS: 'a:1,b' }).message).toMatch(
       /^EXTRA_TAGS: 'b' is not key:value/,
     );
-    expect(failure({ STATSD_PROTOCOL: 'quic' }).message).toMatch(/^STATSD_PROTOCOL: 'quic'/);
+    expect(failure({ USE_STATSD: 'true', STATSD_PROTOCOL: 'quic' }).message).toMatch(
+      /^STATSD_PROTOCOL: 'quic'/,
+    );
+  });
+
+  it("are not read while statsd is off: a Service named statsd's link does not stop start-up", () => {
+    // What the kubelet injects for a Service named statsd in the namespace.
+    const link = {
+      STATSD_PORT: 'tcp://10.0.0.1:8125',
+      STATSD_PORT_8125_TCP: 'tcp://10.0.0.1:8125',
+      STATSD_SERVICE_HOST: '10.0.0.1',
+      STATSD_SERVICE_PORT: '8125',
+    };
+    expect(readSettings(link).statsd).toBeUndefined();
+    expect(readSettings({ ...link, USE_STATSD: 'false' }).statsd).toBeUndefined();
+    expect(failure({ ...link, USE_STATSD: 'true' }).message).toBe(
+      "STATSD_PORT: 'tcp://10.0.0.1:8125' is not a whole number from 1 to 65535 (a Kubernetes " +
+        "service link's value: a Service of that name injects it; set the value explicitly, or " +
+        'enableServiceLinks: false in the pod spec)',
+    );
+  });
+});
+
+describe('reference settings that ask for what tollgate has not', () => {
+  it('refuses BACKEND_TYPE other than redis, naming what works', () => {
+    for (const value of ['memcache', 'MEMCACHE', 'cassandra']) {
+      expect(failure({ ...URL, BACKEND_TYPE: value }).message).toBe(
+        `BACKEND_TYPE: '${value}' is not a store tollgate has: counters are in Redis ` +
+          '(REDIS_URL, with BACKEND_TYPE=redis or unset) or, with neither set, in this process',
+      );
+    }
+  });
+
+  it('refuses BACKEND_TYPE=redis without REDIS_URL, and takes it with one', () => {
+    expect(failure({ BACKEND_TYPE: 'redis' }).message).toBe(
+      'BACKEND_TYPE: redis needs REDIS_URL: without it the counters would be in this process ' +
+        'only; set REDIS_URL, or unset BACKEND_TYPE for the in-memory store',
+    );
+    expect(readSettings({ ...URL, BACKEND_TYPE: 'Redis' }).redis?.host).toBe('cache');
+    expect(readSettings({ BACKEND_TYPE: '' }).redis).toBeUndefined();
+  });
+
+  it('refuses USE_DOG_STATSD=true, and takes false', () => {
+    expect(failure({ USE_DOG_STATSD: 'on' }).message).toMatch(
+      /^USE_DOG_STATSD: tollgate sends no DogStatsD: unset it, and scrape GET \/metrics/,
+    );
+    expect(readSettings({ USE_DOG_STATSD: 'false' }).statsd).toBeUndefined();
+    expect(failure({ USE_DOG_STATSD: 'dog' }).message).toBe(
+      "USE_DOG_STATSD: 'dog' is not true or false",
+    );
+  });
+});
+
+/** The rows of the settings tables: docs/settings.md's, and the xDS settings' in docs/rules.md. */
+function settingRows(settingsPart: (text: string) => string = (text) => text): string[][] {
+  const text = settingsPart(readFileSync('docs/settings.md', 'utf8'));
+  const xds = readFileSync('docs/rules.md', 'utf8');
+  return [...text.split('\n'), ...xds.split('\n')]
+    .filter((line) => line.startsWith('| `'))
+    .map((line) => line.split('|').map((cell) => cell.trim()));
+}
+
+const namesIn = (cell: string) =>
+  [...cell.matchAll(/`([A-Z][A-Z0-9_]*)`/g)].map((match) => match[1] as string);
+
+describe('booleans', () => {
+  // Every boolean setting the docs document, with what turns its feature on, so that it is read.
+  const FEATURES = {
+    CONFIG_TYPE: 'GRPC_XDS_SOTW',
+    USE_STATSD: 'true',
+    GRPC_SERVER_TLS_CERT: 'cert.pem',
+    GRPC_SERVER_TLS_KEY: 'key.pem',
+    ...URL,
+  };
+  // The main table: the one before the section on refusals.
+  const rows = settingRows((text) => text.split('## What start-up refuses')[0] ?? '');
+  const booleans = rows.flatMap(([, names = '', defaults = '']) => {
+    const defaultList = defaults.split(',').map((value) => value.trim());
+    return namesIn(names).filter((_, i) =>
+      /^`(true|false)`/.test(defaultList[i] ?? defaultList[0] ?? ''),
+    );
+  });
+
+  it('are found in the docs', () => {
+    expect(booleans).toEqual(
+      expect.arrayContaining(['SHADOW_MODE', 'USE_STATSD', 'REDIS_TLS', 'XDS_REFUSE_EMPTY_UPDATE']),
+    );
+    expect(booleans.length).toBeGreaterThan(20);
+  });
+  it('each takes true, false, 1, 0, yes, no, on and off in any case, and refuses anything else naming itself', () => {
+    const read = booleans.filter(
+      (name) => name !== 'USE_DOG_STATSD' && (SETTING_NAMES as readonly string[]).includes(name),
+    );
+    expect(read.length).toBe(booleans.length - 2);
+    for (const name of read) {
+      for (const word of ['true', 'FALSE', '1', '0', 'Yes', 'nO', 'ON', 'off']) {
+        expect(() => readSettings({ ...FEATURES, [name]: word }), `${name}=${word}`).not.toThrow();
+      }
+      for (const word of ['y', 'enabled', 'truthy', '2']) {
+        expect(failure({ ...FEATURES, [name]: word }).message).toBe(
+          `${name}: '${word}' is not true or false`,
+        );
+      }
+    }
+  });
+
+  it('mean what they say: USE_STATSD=on turns statsd on, SHADOW_MODE=No leaves it off', () => {
+    expect(readSettings({ USE_STATSD: 'on' }).statsd).toBeDefined();
+    expect(readSettings({ USE_STATSD: 'Yes' }).statsd).toBeDefined();
+    expect(readSettings({ SHADOW_MODE: 'No' }).shadowMode).toBe(false);
+    expect(readSettings({ STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'yes' })).toMatchObject({
+      stopIncrementWhenOverLimit: true,
+    });
+  });
+});
+
+describe('the names of settings', () => {
+  it('holds every name docs/settings.md documents, and the docs document every one tollgate reads', () => {
+    const documented = new Set(settingRows().flatMap(([, names = '']) => namesIn(names)));
+    expect(documented.size).toBeGreaterThan(100);
+    expect([...documented].filter((name) => !isKnownName(name))).toEqual([]);
+    expect(SETTING_NAMES.filter((name) => !documented.has(name))).toEqual([]);
+    expect(documented.has(ALLOW_UNSUPPORTED_NODE)).toBe(true);
   });
 });
 
@@ -659,8 +784,10 @@ describe('where /rlconfig is served (RLCONFIG)', () => {
   });
 
   it('warns once when DEBUG_HOST or DEBUG_PORT is set but RLCONFIG keeps /rlconfig off it', () => {
-    expect(ignoredReferenceSettings({ DEBUG_PORT: '6070' })).toEqual([]);
-    expect(ignoredReferenceSettings({ DEBUG_PORT: '6070', RLCONFIG: 'off' })).toEqual([
+    const warnings = (env: Record<string, string>) =>
+      startupWarnings(readSettings(env), env, '24.0.0');
+    expect(warnings({ DEBUG_PORT: '6070' })).toEqual([]);
+    expect(warnings({ DEBUG_PORT: '6070', RLCONFIG: 'off' })).toEqual([
       'DEBUG_PORT is set but RLCONFIG=off: there is no debug listener (RLCONFIG=debug serves /rlconfig there)',
     ]);
   });
