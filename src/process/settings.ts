@@ -442,6 +442,7 @@ function readGrpcServer(env: Env, redisTimeoutMs: number): GrpcServerSettings {
     maxCalls: integer(env, 'GRPC_MAX_CALLS', 5_000, 1, 1_000_000),
     maxReceivingBytes: integer(env, 'GRPC_MAX_RECEIVING_BYTES', 64 * 1024 * 1024, 1, 2 ** 40),
     callTimeoutMs: callTimeout(env, redisTimeoutMs),
+    maxPeerResets: integer(env, 'GRPC_MAX_PEER_RESETS', 1_000, 0, 1_000_000_000),
     keepaliveTimeMs: duration(env, 'GRPC_KEEPALIVE_TIME', '2h'),
     keepaliveTimeoutMs: duration(env, 'GRPC_KEEPALIVE_TIMEOUT', '20s'),
     fastPath: boolean(env, 'GRPC_FAST_PATH', true),

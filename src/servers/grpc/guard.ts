@@ -25,6 +25,7 @@
  * behind for a day. One sweep every second ages every connection and times every call instead.
  */
 import http2 from 'node:http2';
+import { refuseStream } from './peerResets.js';
 
 export interface GuardOptions {
   /** Connections at once, per listening address. */
@@ -317,7 +318,7 @@ function sweepInterval(
 }
 
 function reset(stream: http2.ServerHttp2Stream, code: number): void {
-  if (!stream.destroyed) stream.close(code);
+  if (!stream.destroyed) refuseStream(stream, code);
 }
 
 /**
