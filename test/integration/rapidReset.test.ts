@@ -1,10 +1,12 @@
 import { spawn } from 'node:child_process';
+import { connect as connectTcp } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { counterByLabel } from '../support/metrics.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { startRedis, type TestRedis } from '../support/redis.js';
 import { callCheck, d } from '../support/tollgate.js';
+import { connect, grpcFrame, rawCall } from '../support/rawGrpc.js';
 
 // HTTP/2 rapid reset (CVE-2023-44487) from one address, reconnecting whenever a connection is
 // closed: HEADERS and RST_STREAM for new streams, as fast as the sockets take them. nghttp2 ends
@@ -129,6 +131,95 @@ describe('rapid reset from one address, with reconnects', () => {
       // nghttp2's own came first) and closed, and its new ones refused as they are accepted.
       expect(totals.refused).toBeGreaterThan(10);
       expect(counted).toBeGreaterThanOrEqual(totals.refused);
+    },
+    60_000,
+  );
+});
+
+/** An HTTP/2 frame: type, flags, stream id and payload. */
+function frame(type: number, flags: number, streamId: number, payload: Buffer): Buffer {
+  const header = Buffer.alloc(9);
+  header.writeUIntBE(payload.length, 0, 3);
+  header[3] = type;
+  header[4] = flags;
+  header.writeUInt32BE(streamId, 5);
+  return Buffer.concat([header, payload]);
+}
+
+const literal = (text: string) => Buffer.concat([Buffer.from([text.length]), Buffer.from(text)]);
+/** HPACK: POST, http, the path, an authority, application/grpc and te: trailers. */
+const CHECK_HEADERS = Buffer.concat([
+  Buffer.from([0x83, 0x86, 0x04]),
+  literal(CHECK_PATH),
+  Buffer.from([0x01]),
+  literal('tollgate'),
+  Buffer.from([0x0f, 0x10]),
+  literal('application/grpc'),
+  Buffer.from([0x00]),
+  literal('te'),
+  literal('trailers'),
+]);
+
+/**
+ * A connection that makes `calls` calls one after the other, each cancelled (RST_STREAM CANCEL)
+ * 2 ms after it sent its headers and part of its message, before any answer: as Envoy cancels a
+ * check whose timeout passed. (Node's client would half-close the stream before its reset.)
+ * Resolves with whether the server closed the connection.
+ */
+function cancellingConnection(address: string, calls: number): Promise<boolean> {
+  const socket = connectTcp(Number(address.split(':')[1]), '127.0.0.1');
+  socket.on('error', () => undefined);
+  socket.resume();
+  let closed = false;
+  socket.once('close', () => (closed = true));
+  return new Promise((resolve) => {
+    socket.once('connect', async () => {
+      socket.write(Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'));
+      socket.write(frame(4, 0, 0, Buffer.alloc(0)));
+      for (let i = 0, id = 1; i < calls && !closed; i++, id += 2) {
+        socket.write(frame(1, 0x4, id, CHECK_HEADERS));
+        socket.write(frame(0, 0, id, Buffer.from([0, 0, 0, 0, 10, 10, 3])));
+        await new Promise((r) => setTimeout(r, 2));
+        socket.write(frame(3, 0, id, Buffer.from([0, 0, 0, 8])));
+      }
+      await new Promise((r) => setTimeout(r, 200));
+      resolve(closed);
+      socket.destroy();
+    });
+  });
+}
+
+describe('resets that a client such as Envoy makes', () => {
+  it.each<{ budget: string; env: Record<string, string>; closes: boolean }>([
+    { budget: 'the default', env: {}, closes: false },
+    { budget: 'GRPC_MAX_PEER_RESETS=500', env: { GRPC_MAX_PEER_RESETS: '500' }, closes: true },
+  ])(
+    '800 calls cancelled before their answer, from 20 connections of one address, with $budget',
+    async ({ env, closes }) => {
+      const tollgate = await spawnTollgate(RULES, env);
+      running.push(tollgate);
+      const started = performance.now();
+      const closed = await Promise.all(
+        Array.from({ length: 20 }, () => cancellingConnection(tollgate.address, 40)),
+      );
+      const counted = (await bounds(tollgate)).grpc_peer_resets;
+      const ms = performance.now() - started;
+      console.log(
+        `[rapid reset] 800 cancels from 20 connections in ${ms.toFixed(0)} ms, ${JSON.stringify(env)}: ` +
+          `${closed.filter(Boolean).length} connections closed; grpc_peer_resets ${counted}`,
+      );
+      if (closes) {
+        expect(closed.filter(Boolean).length).toBeGreaterThan(0);
+        expect(counted).toBeGreaterThan(0);
+      } else {
+        // Within the budget: nothing closed, nothing counted, and the address is still served.
+        expect(closed.filter(Boolean)).toEqual([]);
+        expect(counted).toBe(0);
+        const fresh = await connect(tollgate.address);
+        const outcome = await rawCall(fresh, HEALTH_PATH, { chunks: [grpcFrame(Buffer.alloc(0))] });
+        fresh.destroy();
+        expect(outcome.trailers?.['grpc-status'] ?? outcome.headers?.['grpc-status']).toBe('0');
+      }
     },
     60_000,
   );
