@@ -49,9 +49,9 @@
  *   store call.
  * - `tollgate_bounds_reached_total{bound}`: what the server's bounds refused or ended, by bound:
  *   grpc_connections, grpc_calls, grpc_receiving_bytes, grpc_call_timeout, grpc_connection_age,
- *   grpc_connection_idle,
+ *   grpc_connection_idle, grpc_peer_resets, grpc_health_watches,
  *   http_connections, http_rlconfig (requests at once),
- *   rlqs_streams, rlqs_buckets, rlqs_reports, rlqs_stale.
+ *   rlqs_streams, rlqs_buckets, rlqs_reports, rlqs_queued_bytes, rlqs_stale.
  * - `tollgate_statsd_dropped_flushes_total`: statsd flushes that lost stats (USE_STATSD).
  * - `ratelimit_localcache_*`: under COMPAT_MODE=reference with its local cache, the reference's
  *   eight gauges of it (see store/overLimitCache.ts's LocalCacheStats).

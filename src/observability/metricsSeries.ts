@@ -33,6 +33,8 @@ const BOUNDS = [
   'grpc_call_timeout',
   'grpc_connection_age',
   'grpc_connection_idle',
+  'grpc_peer_resets',
+  'grpc_health_watches',
   'http_connections',
   'http_rlconfig',
   'rlqs_streams',

@@ -4,7 +4,7 @@ import { SettingsError } from '../core/errors.js';
 import type { RequestLimits } from './grpc/codec.js';
 import { createServerCredentials } from './grpc/credentials.js';
 import { createGrpcServer, routeGrpcLogs, type GrpcServer } from './grpc/server.js';
-import { grpcServerOptions, guardOptions } from './grpc/serverOptions.js';
+import { grpcServerOptions, guardOptions, peerResetOptions } from './grpc/serverOptions.js';
 import type { GrpcServerSettings } from './grpc/serverSettings.js';
 import {
   createDebugServer,
@@ -122,6 +122,11 @@ export function createServers(options: ServersOptions): Servers {
     guard: {
       ...guardOptions(settings.grpcServer),
       onBound: (bound) => events.boundReached(`grpc_${bound}`),
+    },
+    onHealthWatchBound: () => events.boundReached('grpc_health_watches'),
+    peerResets: {
+      ...peerResetOptions(settings.grpcServer),
+      onBound: () => events.boundReached('grpc_peer_resets'),
     },
     credentials: createServerCredentials(settings.grpcServer.tls, {
       onReloadError: (error) =>

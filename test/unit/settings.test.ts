@@ -65,6 +65,7 @@ describe('readSettings defaults', () => {
         maxCalls: 5_000,
         maxReceivingBytes: 64 * 1024 * 1024,
         callTimeoutMs: 10_000,
+        maxPeerResets: 1_000,
         keepaliveTimeMs: 7_200_000,
         keepaliveTimeoutMs: 20_000,
         tls: undefined,
@@ -216,6 +217,10 @@ describe('readSettings rejects a bad value, naming the setting', () => {
       "GRPC_MAX_CONNECTIONS: '0' is not a whole number from 1 to 1000000",
     ],
     [{ GRPC_MAX_CALLS: 'many' }, "GRPC_MAX_CALLS: 'many' is not a whole number from 1 to 1000000"],
+    [
+      { GRPC_MAX_PEER_RESETS: '-1' },
+      "GRPC_MAX_PEER_RESETS: '-1' is not a whole number from 0 to 1000000000",
+    ],
     [
       { GRPC_MAX_RECEIVING_BYTES: '64MB' },
       "GRPC_MAX_RECEIVING_BYTES: '64MB' is not a whole number from 1 to 1099511627776",

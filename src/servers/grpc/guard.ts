@@ -26,6 +26,7 @@
  */
 import http2 from 'node:http2';
 import { createMessageFraming } from './messageFraming.js';
+import { refuseStream } from './peerResets.js';
 
 export interface GuardOptions {
   /** Connections at once, per listening address. */
@@ -346,7 +347,7 @@ function sweepInterval(
 }
 
 function reset(stream: http2.ServerHttp2Stream, code: number): void {
-  if (!stream.destroyed) stream.close(code);
+  if (!stream.destroyed) refuseStream(stream, code);
 }
 
 /**

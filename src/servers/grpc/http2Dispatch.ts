@@ -23,6 +23,8 @@ export interface DispatchOptions {
   handlers: ReadonlyMap<string, StreamHandler>;
   /** Told of each stream that grpc-js serves, after grpc-js has taken it. */
   onGrpcJsStream?(stream: http2.ServerHttp2Stream, path: string | undefined): void;
+  /** Told of each stream, before it is routed. */
+  onStream?(stream: http2.ServerHttp2Stream): void;
   /** Told of each HTTP/2 server, before it listens. */
   configure?(http2Server: Http2Server): void;
 }
@@ -43,7 +45,7 @@ export function dispatchStreams(server: grpc.Server, options: DispatchOptions): 
       'grpc-js has no createHttp2Server: the gRPC server bounds and fast path cannot be applied',
     );
   }
-  const { handlers, onGrpcJsStream } = options;
+  const { handlers, onGrpcJsStream, onStream } = options;
   internals.createHttp2Server = function (this: unknown, credentials: unknown): Http2Server {
     const http2Server = create.call(this, credentials);
     options.configure?.(http2Server);
@@ -56,6 +58,7 @@ export function dispatchStreams(server: grpc.Server, options: DispatchOptions): 
     }
     http2Server.removeListener('stream', grpcJs);
     const dispatch: GrpcJsListener = (stream, headers, flags, rawHeaders) => {
+      onStream?.(stream);
       const path = headers[':path'];
       const handler = path === undefined ? undefined : handlers.get(path);
       if (handler !== undefined) return handler(stream, headers);

@@ -2,10 +2,9 @@
  * The gRPC server: Envoy's RLS as a thin adapter over `decide`, plus grpc.health.v1 and server
  * reflection (so grpcurl and ghz need no proto file). The core knows nothing of gRPC.
  */
-import http2 from 'node:http2';
+import http2, { type ServerHttp2Stream } from 'node:http2';
 import type { Socket } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
-import { HealthImplementation } from 'grpc-health-check';
 import { grpcLogLine } from '../../core/logger.js';
 import type { Check, Decision, HeaderReader } from '../../core/check.js';
 import {
@@ -18,6 +17,8 @@ import { createFastPath, SHOULD_RATE_LIMIT_PATH } from './fastPath.js';
 import { createConnectionTracker, type ConnectionTracker } from './drain.js';
 import { createGuard, type Guard, type GuardOptions, type Http2Server } from './guard.js';
 import { dispatchStreams, type StreamHandler } from './http2Dispatch.js';
+import { addHealth, HEALTH_WATCH_PATH, type Health } from './health.js';
+import { createPeerResets, type PeerResetOptions, type PeerResets } from './peerResets.js';
 import { encodeResponseFrame } from './responseFrame.js';
 import {
   packageDefinition,
@@ -50,6 +51,8 @@ export interface GrpcServerOptions {
   credentials?: grpc.ServerCredentials;
   /** Bounds on connections, calls and their bytes and time (see guard.ts); none by default. */
   guard?: GuardOptions;
+  /** A budget of stream resets per peer address (see peerResets.ts); none by default. */
+  peerResets?: PeerResetOptions;
   /**
    * Serves ShouldRateLimit on the HTTP/2 server's own streams, ahead of grpc-js (see
    * fastPath.ts); every other method stays on grpc-js. Off by default.
@@ -63,6 +66,8 @@ export interface GrpcServerOptions {
    * message still arriving, but does not time them out.
    */
   rlqs?: RlqsStreamHandler;
+  /** Told of each health Watch refused past MAX_HEALTH_WATCHES. */
+  onHealthWatchBound?(): void;
 }
 
 export interface GrpcServer {
@@ -81,6 +86,11 @@ type RequestDecoder = (bytes: Buffer) => DecodedRequest;
 
 /** StreamRateLimitQuotas's path, which the guard tells apart from short calls. */
 export const RLQS_STREAM_PATH = `/${rlqsServiceName}/StreamRateLimitQuotas`;
+/**
+ * Health Watch streams open at once: one a client connection (grpc-go's and grpc-java's
+ * client-side health checking) for a thousand clients; Envoy's health checks are Check calls.
+ */
+export const MAX_HEALTH_WATCHES = 1_000;
 /** grpc-js's receive limit when `grpc.max_receive_message_length` is not set. */
 const DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024;
 
@@ -117,27 +127,31 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
   const guard = options.guard ? createGuard(options.guard) : undefined;
   const decodeRequest = createRequestDecoder(options.limits);
   const connections = createConnectionTracker();
+  const peerResets = options.peerResets && createPeerResets(options.peerResets);
   dispatchStreams(server, {
     handlers: ownStreamHandlers(options, decodeRequest, guard),
-    onGrpcJsStream:
-      guard &&
-      ((stream, path) =>
-        options.rlqs && path === RLQS_STREAM_PATH ? guard.hold(stream) : guard.watch(stream)),
-    configure: (http2Server) => configureHttp2Server(http2Server, guard, connections),
+    onGrpcJsStream: guard && ((stream, path) => guardGrpcJsStream(guard, stream, path, options)),
+    onStream: peerResets?.watch,
+    configure: (http2Server) => {
+      configureHttp2Server(http2Server, guard, connections);
+      peerResets?.configure(http2Server);
+    },
   });
   addRateLimitService(server, decodeRequest, createShouldRateLimit(options));
   if (options.rlqs) addRlqsService(server, options.rlqs);
-  const setServing = addHealth(
-    server,
-    options.rlqs ? ['', rlsServiceName, rlqsServiceName] : ['', rlsServiceName],
-  );
+  const health = addHealth(server, {
+    names: options.rlqs ? ['', rlsServiceName, rlqsServiceName] : ['', rlsServiceName],
+    maxWatches: MAX_HEALTH_WATCHES,
+    onBound: options.onHealthWatchBound,
+  });
   addReflection(server, packageDefinition);
 
   const credentials = options.credentials ?? grpc.ServerCredentials.createInsecure();
   return {
     listen: (host, port) => bindAddress(server, credentials, host, port),
-    setServing,
-    shutdown: (graceMs) => shutdownServer(server, graceMs, { setServing, connections, guard }),
+    setServing: health.setServing,
+    shutdown: (graceMs) =>
+      shutdownServer(server, graceMs, { health, connections, guard, peerResets }),
   };
 }
 
@@ -178,15 +192,19 @@ function configureHttp2Server(
   http2Server.on('connection', noDelay);
 }
 
-/** grpc.health.v1, SERVING from the start; returns the switch of its status. */
-function addHealth(server: grpc.Server, names: readonly string[]): (serving: boolean) => void {
-  const health = new HealthImplementation();
-  const setServing = (serving: boolean): void => {
-    for (const name of names) health.setStatus(name, serving ? 'SERVING' : 'NOT_SERVING');
-  };
-  setServing(true);
-  health.addToServer(server);
-  return setServing;
+/**
+ * A stream grpc-js serves is a call with the guard's bounds, but for the long-lived ones, RLQS's
+ * and health Watch's, which the guard only counts on their connections.
+ */
+function guardGrpcJsStream(
+  guard: Guard,
+  stream: ServerHttp2Stream,
+  path: string | undefined,
+  options: Pick<GrpcServerOptions, 'rlqs'>,
+): void {
+  const longLived = path === HEALTH_WATCH_PATH || (options.rlqs && path === RLQS_STREAM_PATH);
+  if (longLived) guard.hold(stream);
+  else guard.watch(stream);
 }
 
 /** ShouldRateLimit on grpc-js: requests decoded by the codec, replies encoded by the handler. */
@@ -311,22 +329,29 @@ function bindAddress(
   });
 }
 
-/** NOT_SERVING, then the calls in flight get up to graceMs; the rest are cancelled. */
+/**
+ * NOT_SERVING, and health Watch streams ended; then the calls in flight get up to graceMs, and the
+ * rest are cancelled.
+ */
 function shutdownServer(
   server: grpc.Server,
   graceMs: number,
   parts: {
-    setServing(serving: boolean): void;
+    health: Health;
     connections: ConnectionTracker;
     guard: Guard | undefined;
+    peerResets: PeerResets | undefined;
   },
 ): Promise<void> {
   return new Promise((resolve) => {
-    parts.setServing(false);
+    parts.health.setServing(false);
+    // Watchers have been told NOT_SERVING: their streams end, and the drain does not wait for them.
+    parts.health.endWatches();
     const done = () => {
       clearTimeout(timer);
       stopWaiting();
       parts.guard?.close();
+      parts.peerResets?.close();
       resolve();
     };
     const timer = setTimeout(() => {

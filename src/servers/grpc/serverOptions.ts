@@ -2,6 +2,7 @@ import type { ServerOptions } from '@grpc/grpc-js';
 import type { GrpcServerSettings } from './serverSettings.js';
 
 import type { GuardOptions } from './guard.js';
+import type { PeerResetOptions } from './peerResets.js';
 
 /**
  * The gRPC server's connection settings: grpc-js channel options, and the bounds that the guard
@@ -27,6 +28,19 @@ export function guardOptions(settings: GrpcServerSettings): GuardOptions {
     maxConnectionAgeMs: settings.maxConnectionAgeMs,
     maxConnectionAgeGraceMs: settings.maxConnectionAgeGraceMs,
     maxConnectionIdleMs: settings.maxConnectionIdleMs,
+  };
+}
+
+/**
+ * The budget of resets per peer address (see peerResets.ts): GRPC_MAX_PEER_RESETS in 10 s, then
+ * 10 s refused. The table of peers is as large as the connections one address may hold.
+ */
+export function peerResetOptions(settings: GrpcServerSettings): PeerResetOptions {
+  return {
+    maxResets: settings.maxPeerResets,
+    periodMs: 10_000,
+    coolDownMs: 10_000,
+    maxPeers: 10_000,
   };
 }
 

@@ -14,6 +14,8 @@ export interface GrpcServerSettings {
   maxReceivingBytes: number;
   /** How long a call may stay open, from its headers to its last byte. */
   callTimeoutMs: number;
+  /** GRPC_MAX_PEER_RESETS: streams a peer address may reset unanswered in 10 s; 0: no bound. */
+  maxPeerResets: number;
   keepaliveTimeMs: number;
   keepaliveTimeoutMs: number;
   /** GRPC_FAST_PATH: ShouldRateLimit on node:http2's streams directly; false: through grpc-js. */
