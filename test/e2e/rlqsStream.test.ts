@@ -70,6 +70,8 @@ beforeAll(async () => {
     maxReportsPerSecond: 20,
     staleMs: 60_000,
     maxQueuedBytes: 1 << 20,
+    maxQueuedBytesTotal: 8 << 20,
+    unreadMs: 60_000,
     onEvent: (event) => {
       if (event.kind === 'refused') refused.push(event.reason);
     },
