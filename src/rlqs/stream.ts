@@ -86,6 +86,8 @@ export interface RlqsService {
   streams(): number;
   /** Buckets held by the open streams. */
   buckets(): number;
+  /** Bytes of answers queued across the open streams, with the reports waiting for theirs. */
+  queuedBytes(): number;
   /**
    * Ends every open stream with UNAVAILABLE (shutdown): Envoy keeps its assignments until they
    * expire and opens its stream again, to another instance.
@@ -248,7 +250,7 @@ export function createRlqsService(options: RlqsStreamOptions): RlqsService {
       end(grpc.status.UNAVAILABLE, 'the server is shutting down');
     }
   };
-  return { handler, streams: () => open, buckets, close };
+  return { handler, streams: () => open, buckets, queuedBytes: () => queued.bytes, close };
 }
 
 /** How long an ended stream may take to send what it queued and its status. */
