@@ -268,7 +268,7 @@ interface StreamOutput {
   /**
    * Counts the answer to a report, about `bytes`, as queued from now until it has left for the
    * client; else the bound it would take what is queued past, the stream's or the process's
-   * (one answer alone always goes).
+   * (one answer alone always goes: the stream's first, or the first across streams).
    */
   reserve(bytes: number): 'queued_bytes' | 'queued_bytes_total' | undefined;
   /** Writes a reserved answer; undefined: there is none, its bytes leave the queue. */
