@@ -246,6 +246,11 @@ describe('RLQS streams that never read, each under RLQS_MAX_QUEUED_BYTES', () =>
     // at once, though they never read.
     for (const stream of streams) stream.write(report);
     await settle(streams.length);
+    // The refused streams' statuses on their way to this client.
+    const refusedNow = (await bounds(tollgate)).rlqs_queued_bytes_total ?? 0;
+    for (let n = 0; n < 50 && statuses.filter((s) => s.status).length < refusedNow; n++) {
+      await sleep(100);
+    }
     const kept = streams.filter((_, n) => statuses[n]!.status === undefined);
     const named = statuses.filter((s) => s.status === String(8));
     // A second report on two of the streams kept: its answer would pass the budget too, so each
