@@ -42,6 +42,8 @@ const BOUNDS = [
   'rlqs_reports',
   'rlqs_stale',
   'rlqs_queued_bytes',
+  'rlqs_queued_bytes_total',
+  'rlqs_unread',
 ] as const;
 export type Bound = (typeof BOUNDS)[number];
 

@@ -211,10 +211,12 @@ export const SETTING_NAMES = [
   'RLQS_MAX_BUCKETS_PER_STREAM',
   'RLQS_MAX_CONSUMERS_PER_POOL',
   'RLQS_MAX_QUEUED_BYTES',
+  'RLQS_MAX_QUEUED_BYTES_TOTAL',
   'RLQS_MAX_REPORTS_PER_SECOND',
   'RLQS_MAX_STREAMS',
   'RLQS_STALE_STREAM',
   'RLQS_UNMATCHED_ACTION',
+  'RLQS_UNREAD_TIMEOUT',
   'RUNTIME_APPDIRECTORY',
   'RUNTIME_ROOT',
   'RUNTIME_SUBDIRECTORY',
@@ -471,13 +473,28 @@ function readResponses(
 /** Envoy's Rate Limit Quota Service: on unless RLQS_ENABLED=false (see docs/rlqs.md). */
 function readRlqs(env: Env): RlqsSettings | undefined {
   if (!boolean(env, 'RLQS_ENABLED', true)) return undefined;
+  const maxQueuedBytes = integer(env, 'RLQS_MAX_QUEUED_BYTES', 16 * 1024 * 1024, 1, 2 ** 40);
+  const maxQueuedBytesTotal = integer(
+    env,
+    'RLQS_MAX_QUEUED_BYTES_TOTAL',
+    64 * 1024 * 1024,
+    1,
+    2 ** 40,
+  );
+  if (maxQueuedBytesTotal < maxQueuedBytes) {
+    throw new SettingsError(
+      `RLQS_MAX_QUEUED_BYTES_TOTAL: ${maxQueuedBytesTotal} is less than RLQS_MAX_QUEUED_BYTES (${maxQueuedBytes}), which one stream may queue`,
+    );
+  }
   return {
     unmatched: oneOf(env, 'RLQS_UNMATCHED_ACTION', ['allow', 'deny'] as const, 'allow'),
     maxStreams: integer(env, 'RLQS_MAX_STREAMS', 10_000, 1, 1_000_000),
     maxBucketsPerStream: integer(env, 'RLQS_MAX_BUCKETS_PER_STREAM', 1_000, 1, 1_000_000),
     maxReportsPerSecond: integer(env, 'RLQS_MAX_REPORTS_PER_SECOND', 20, 1, 10_000),
     staleMs: duration(env, 'RLQS_STALE_STREAM', '10m', 1_000),
-    maxQueuedBytes: integer(env, 'RLQS_MAX_QUEUED_BYTES', 16 * 1024 * 1024, 1, 2 ** 40),
+    maxQueuedBytes,
+    maxQueuedBytesTotal,
+    unreadMs: duration(env, 'RLQS_UNREAD_TIMEOUT', '30s', 1_000),
     ttlFloorMs: duration(env, 'RLQS_ASSIGNMENT_TTL_FLOOR', '2s', 1_000),
     maxConsumersPerPool: integer(env, 'RLQS_MAX_CONSUMERS_PER_POOL', 1_000, 1, 100_000),
   };

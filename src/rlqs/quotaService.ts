@@ -62,6 +62,8 @@ export function createQuotaService(options: QuotaServiceOptions): RlqsService {
     maxReportsPerSecond: settings.maxReportsPerSecond,
     staleMs: settings.staleMs,
     maxQueuedBytes: settings.maxQueuedBytes,
+    maxQueuedBytesTotal: settings.maxQueuedBytesTotal,
+    unreadMs: settings.unreadMs,
     onEvent: options.onEvent,
     onInternalError: options.onInternalError,
   });

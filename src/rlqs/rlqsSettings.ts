@@ -12,6 +12,10 @@ export interface RlqsSettings {
   staleMs: number;
   /** RLQS_MAX_QUEUED_BYTES: bytes of answers a stream's client has not taken yet. */
   maxQueuedBytes: number;
+  /** RLQS_MAX_QUEUED_BYTES_TOTAL: the same bytes across the process's streams. */
+  maxQueuedBytesTotal: number;
+  /** RLQS_UNREAD_TIMEOUT: how long an answer may wait for its client to take it. */
+  unreadMs: number;
   /** RLQS_ASSIGNMENT_TTL_FLOOR: the least time to live of an assignment. */
   ttlFloorMs: number;
   /** RLQS_MAX_CONSUMERS_PER_POOL: buckets across streams that one rule's counter is shared by. */

@@ -7,9 +7,11 @@
  * - reports per second per stream, over a burst of a few seconds' worth;
  * - a stream that sends no report for the stale time is ended (CANCELLED), its demand left to
  *   expire in the store;
- * - bytes of answers not yet taken by the client, and of reports waiting for theirs: past the
- *   bound, the stream ends RESOURCE_EXHAUSTED. grpc-js queues every answer a client does not
- *   read, without a bound.
+ * - bytes of answers not yet taken by the client, and of reports waiting for theirs, per stream
+ *   and across the process's streams: the stream whose answer would pass either bound ends
+ *   RESOURCE_EXHAUSTED. grpc-js queues every answer a client does not read, without a bound;
+ * - an answer its client has not taken for the unread time ends its stream (CANCELLED), so that a
+ *   client gone silent under the byte bounds does not hold its answers for the stale time.
  * A stream's status goes after its queued answers, so a client that does not read would hold an
  * ended stream, and a shutdown, for ever: a stream still open a second after it ended is reset.
  * A malformed report ends its stream with INVALID_ARGUMENT naming the fault; a store failure
@@ -45,6 +47,10 @@ export interface RlqsStreamOptions {
   staleMs: number;
   /** RLQS_MAX_QUEUED_BYTES: bytes of answers a stream's client has not taken yet. */
   maxQueuedBytes: number;
+  /** RLQS_MAX_QUEUED_BYTES_TOTAL: the same bytes across the process's streams. */
+  maxQueuedBytesTotal: number;
+  /** RLQS_UNREAD_TIMEOUT: how long an answer may wait for its client to take it. */
+  unreadMs: number;
   /** Told of each report answered, stream opened and closed, for metrics. */
   onEvent?(event: RlqsEvent): void;
   /** Told of a failure that is a bug, for the log; the stream ends INTERNAL. */
@@ -62,7 +68,15 @@ export type RlqsEvent =
     }
   | {
       kind: 'refused';
-      reason: 'streams' | 'buckets' | 'reports' | 'invalid' | 'stale' | 'queued_bytes';
+      reason:
+        | 'streams'
+        | 'buckets'
+        | 'reports'
+        | 'invalid'
+        | 'stale'
+        | 'queued_bytes'
+        | 'queued_bytes_total'
+        | 'unread';
     }
   /** Reported allowed requests past their rule's limit in its window (session.ts). */
   | { kind: 'over_admitted'; requests: number };
@@ -72,6 +86,8 @@ export interface RlqsService {
   streams(): number;
   /** Buckets held by the open streams. */
   buckets(): number;
+  /** Bytes of answers queued across the open streams, with the reports waiting for theirs. */
+  queuedBytes(): number;
   /**
    * Ends every open stream with UNAVAILABLE (shutdown): Envoy keeps its assignments until they
    * expire and opens its stream again, to another instance.
@@ -203,6 +219,7 @@ export function createRlqsService(options: RlqsStreamOptions): RlqsService {
   let open = 0;
   const sessions = new Map<Session, (code: grpc.status, details: string) => void>();
   const event = (e: RlqsEvent) => options.onEvent?.(e);
+  const queued: QueuedTotal = { bytes: 0 };
   const handler: RlqsStreamHandler = (call, transport) => {
     if (open >= options.maxStreams) {
       event({ kind: 'refused', reason: 'streams' });
@@ -215,7 +232,7 @@ export function createRlqsService(options: RlqsStreamOptions): RlqsService {
     open += 1;
     event({ kind: 'stream', open });
     const session = options.session(randomUUID());
-    const output = createOutput(call, transport, options.maxQueuedBytes);
+    const output = createOutput(call, transport, options, queued, event);
     const end = serveStream(call, output, session, options, event, () => {
       open -= 1;
       sessions.delete(session);
@@ -233,62 +250,146 @@ export function createRlqsService(options: RlqsStreamOptions): RlqsService {
       end(grpc.status.UNAVAILABLE, 'the server is shutting down');
     }
   };
-  return { handler, streams: () => open, buckets, close };
+  return { handler, streams: () => open, buckets, queuedBytes: () => queued.bytes, close };
 }
 
 /** How long an ended stream may take to send what it queued and its status. */
 const FLUSH_MS = 1_000;
 
+/** Bytes of answers queued across the process's streams, with the reports waiting for theirs. */
+interface QueuedTotal {
+  bytes: number;
+}
+
+type OutputLimits = Pick<RlqsStreamOptions, 'maxQueuedBytesTotal' | 'maxQueuedBytes' | 'unreadMs'>;
+
 /** The stream's way to its client: its answers, what of them waits, and its end. */
 interface StreamOutput {
   /**
    * Counts the answer to a report, about `bytes`, as queued from now until it has left for the
-   * client; false when it would take what is queued past the bound (one alone always goes).
+   * client; else the bound it would take what is queued past, the stream's or the process's
+   * (one answer alone always goes: the stream's first, or the first across streams).
    */
-  reserve(bytes: number): boolean;
+  reserve(bytes: number): 'queued_bytes' | 'queued_bytes_total' | undefined;
   /** Writes a reserved answer; undefined: there is none, its bytes leave the queue. */
   send(answer: object | undefined, bytes: number): void;
   /** Ends the stream with this status (OK: a plain end), reset if still open a second later. */
   end(code: grpc.status, details: string): void;
   ended(): boolean;
-  /** The call closed: nothing more is sent. */
+  /** The call closed: nothing more is sent, and what it queued leaves the process's count. */
   close(): void;
 }
 
 function createOutput(
   call: grpc.ServerDuplexStream<unknown, unknown>,
   transport: RlqsTransport,
-  maxQueuedBytes: number,
+  limits: OutputLimits,
+  total: QueuedTotal,
+  event: (e: RlqsEvent) => void,
 ): StreamOutput {
   let queued = 0;
   let ended = false;
+  let closed = false;
+  const release = (bytes: number) => {
+    if (closed) return;
+    queued -= bytes;
+    total.bytes -= bytes;
+  };
+  const close = () => {
+    if (closed) return;
+    ended = true;
+    total.bytes -= queued;
+    queued = 0;
+    closed = true;
+    unread.stop();
+  };
+  const end = (code: grpc.status, details: string) => {
+    if (ended) return;
+    ended = true;
+    unread.stop();
+    if (code === grpc.status.OK) call.end();
+    else call.emit('error', { code, details });
+    // The status waits behind every answer queued: a client that does not read never gets
+    // it, and the stream would stay open, its answers held.
+    const flush = setTimeout(() => {
+      transport.reset(code);
+      call.destroy();
+      close();
+    }, FLUSH_MS);
+    flush.unref();
+  };
+  const unread = watchUnread(limits.unreadMs, () => {
+    event({ kind: 'refused', reason: 'unread' });
+    end(
+      grpc.status.CANCELLED,
+      `an answer waited ${limits.unreadMs} ms for the client to read it, RLQS_UNREAD_TIMEOUT`,
+    );
+  });
   return {
     reserve(bytes) {
-      if (queued > 0 && queued + bytes > maxQueuedBytes) return false;
+      if (queued > 0 && queued + bytes > limits.maxQueuedBytes) return 'queued_bytes';
+      if (total.bytes > 0 && total.bytes + bytes > limits.maxQueuedBytesTotal) {
+        return 'queued_bytes_total';
+      }
       queued += bytes;
-      return true;
+      total.bytes += bytes;
+      return undefined;
     },
     send(answer, bytes) {
-      if (answer === undefined || ended) queued -= bytes;
-      // The callback comes once the answer has left for the client, or the call was destroyed.
-      else call.write(answer, () => (queued -= bytes));
+      if (answer === undefined || ended) return release(bytes);
+      unread.written();
+      // The callback comes once the answer has left for the client, or the call was destroyed;
+      // the callbacks of a stream's writes come in order.
+      call.write(answer, () => {
+        unread.taken();
+        release(bytes);
+      });
     },
-    end(code, details) {
-      if (ended) return;
-      ended = true;
-      if (code === grpc.status.OK) call.end();
-      else call.emit('error', { code, details });
-      // The status waits behind every answer queued: a client that does not read never gets
-      // it, and the stream would stay open, its answers held.
-      const flush = setTimeout(() => {
-        transport.reset(code);
-        call.destroy();
-      }, FLUSH_MS);
-      flush.unref();
-    },
+    end,
     ended: () => ended,
-    close() {
-      ended = true;
+    close,
+  };
+}
+
+/**
+ * Times the answers written and not yet taken, oldest first, with one timer at most, armed for
+ * the oldest's deadline: `onLate` once the oldest has waited `unreadMs`.
+ */
+function watchUnread(
+  unreadMs: number,
+  onLate: () => void,
+): { written(): void; taken(): void; stop(): void } {
+  const writtenAt: number[] = [];
+  let oldest = 0;
+  let timer: NodeJS.Timeout | undefined;
+  let stopped = false;
+  const arm = (ms: number) => {
+    timer = setTimeout(check, ms);
+    timer.unref();
+  };
+  const check = () => {
+    timer = undefined;
+    if (stopped || oldest === writtenAt.length) return;
+    const waited = performance.now() - (writtenAt[oldest] ?? 0);
+    if (waited >= unreadMs) onLate();
+    else arm(unreadMs - waited);
+  };
+  return {
+    written() {
+      writtenAt.push(performance.now());
+      if (timer === undefined && !stopped) arm(unreadMs);
+    },
+    taken() {
+      oldest += 1;
+      if (oldest === writtenAt.length || oldest > 1_024) {
+        writtenAt.splice(0, oldest);
+        oldest = 0;
+      }
+    },
+    stop() {
+      stopped = true;
+      if (timer !== undefined) clearTimeout(timer);
+      timer = undefined;
     },
   };
 }
@@ -304,6 +405,13 @@ function answerBytes(usages: readonly BucketUsage[]): number {
     for (const [key, value] of Object.entries(usage.bucket)) bytes += key.length + value.length + 8;
   }
   return bytes;
+}
+
+/** Why a stream past a bound of bytes queued ends, naming the bound's setting. */
+function queuedDetails(past: 'queued_bytes' | 'queued_bytes_total', limits: OutputLimits): string {
+  return past === 'queued_bytes'
+    ? `more than ${limits.maxQueuedBytes} bytes of answers wait for the client to read them, RLQS_MAX_QUEUED_BYTES`
+    : `more than ${limits.maxQueuedBytesTotal} bytes of answers wait for their clients across RLQS streams, RLQS_MAX_QUEUED_BYTES_TOTAL`;
 }
 
 function serveStream(
@@ -392,12 +500,10 @@ function serveStream(
     // Reports waiting for their answers count as queued too: a report that comes faster than
     // its answers leave waits in this process, as its answer would.
     const bytes = answerBytes(report.usages);
-    if (!output.reserve(bytes)) {
-      event({ kind: 'refused', reason: 'queued_bytes' });
-      end(
-        grpc.status.RESOURCE_EXHAUSTED,
-        `more than ${options.maxQueuedBytes} bytes of answers wait for the client to read them, RLQS_MAX_QUEUED_BYTES`,
-      );
+    const past = output.reserve(bytes);
+    if (past !== undefined) {
+      event({ kind: 'refused', reason: past });
+      end(grpc.status.RESOURCE_EXHAUSTED, queuedDetails(past, options));
       return;
     }
     chain = chain.then(() => answer(report.domain, report.usages, bytes));

@@ -70,6 +70,8 @@ beforeAll(async () => {
     maxReportsPerSecond: 20,
     staleMs: 60_000,
     maxQueuedBytes: 1 << 20,
+    maxQueuedBytesTotal: 8 << 20,
+    unreadMs: 60_000,
     onEvent: (event) => {
       if (event.kind === 'refused') refused.push(event.reason);
     },
@@ -232,6 +234,42 @@ describe('StreamRateLimitQuotas', () => {
     } finally {
       session.destroy();
     }
+  });
+
+  it('counts the answers that silent streams queue in RLQS_MAX_QUEUED_BYTES_TOTAL until they close', async () => {
+    const session = http2.connect(`http://${address}`, { settings: { initialWindowSize: 0 } });
+    session.on('error', () => undefined);
+    const wide = Object.fromEntries(
+      Array.from({ length: 63 }, (_, n) => [`key${n}`.padEnd(8, '_'), 'v'.repeat(992)]),
+    );
+    const usages = ['a', 'b', 'c'].map((tenant) => ({
+      bucket_id: { bucket: { ...wide, tenant } },
+      time_elapsed: { seconds: 1 },
+      num_requests_allowed: 1,
+    }));
+    const frame = grpcFrame(encodeReport({ domain: 'quota', bucket_quota_usages: usages }));
+    // 2 streams (the bound here) of 4 reports, each answered with about 190 KB: under 1 MiB a
+    // stream, and 8 MiB in all.
+    for (let s = 0; s < 2; s++) {
+      const stream = session.request(
+        {
+          ':method': 'POST',
+          ':path': RLQS_STREAM_PATH,
+          'content-type': 'application/grpc',
+          te: 'trailers',
+        },
+        { endStream: false },
+      );
+      stream.on('error', () => undefined);
+      for (let n = 0; n < 4; n++) stream.write(frame);
+    }
+    const queued = 2 * 4 * 190_749;
+    for (let n = 0; n < 300 && rlqs.queuedBytes() < queued; n++) await sleep(10);
+    expect(rlqs.queuedBytes()).toBe(queued);
+    session.destroy();
+    for (let n = 0; n < 300 && rlqs.queuedBytes() > 0; n++) await sleep(10);
+    expect(rlqs.queuedBytes()).toBe(0);
+    expect(rlqs.streams()).toBe(0);
   });
 
   it('has health of its own name', async () => {

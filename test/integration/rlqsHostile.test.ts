@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type * as protoLoader from '@grpc/proto-loader';
 import { afterAll, describe, expect, it } from 'vitest';
 import { packageDefinition, rlqsServiceName } from '../../src/core/protos.js';
-import { counterByLabel } from '../support/metrics.js';
+import { counterByLabel, metricValue } from '../support/metrics.js';
 import { rssMb, spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { grpcFrame } from '../support/rawGrpc.js';
 import { openRlqs, usageReport } from '../support/rlqsClient.js';
@@ -21,7 +21,7 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 4000000000}
 `;
 const PATH = `/${rlqsServiceName}/StreamRateLimitQuotas`;
-const { NGHTTP2_ENHANCE_YOUR_CALM } = http2.constants;
+const { NGHTTP2_ENHANCE_YOUR_CALM, NGHTTP2_CANCEL } = http2.constants;
 const running: TollgateProcess[] = [];
 const sessions: http2.ClientHttp2Session[] = [];
 
@@ -189,5 +189,147 @@ describe('SIGTERM with an RLQS stream that never reads', () => {
     );
     expect(code).toBe(0);
     expect(tookMs).toBeLessThan(3_000);
+  }, 30_000);
+});
+
+/** A stream's grpc-status and grpc-message once it has them, from its trailers or a trailers-only answer. */
+function statusOf(stream: http2.ClientHttp2Stream): { status?: string; message?: string } {
+  const seen: { status?: string; message?: string } = {};
+  const take = (headers: http2.IncomingHttpHeaders) => {
+    if (headers['grpc-status'] === undefined) return;
+    seen.status = String(headers['grpc-status']);
+    seen.message = decodeURIComponent(String(headers['grpc-message'] ?? ''));
+  };
+  stream.on('response', take);
+  stream.on('trailers', take);
+  return seen;
+}
+
+async function metrics(t: TollgateProcess): Promise<string> {
+  return (await fetch(`${t.httpUrl}/metrics`)).text();
+}
+
+describe('RLQS streams that never read, each under RLQS_MAX_QUEUED_BYTES', () => {
+  it('hold RLQS_MAX_QUEUED_BYTES_TOTAL at most: a stream whose answer would pass it ends, naming it', async () => {
+    const total = 16 * 1024 * 1024;
+    const tollgate = await spawn({ RLQS_MAX_QUEUED_BYTES_TOTAL: String(total) });
+    const pid = tollgate.child.pid as number;
+    const before = rssMb(pid);
+    let peak = before;
+    const connections = await Promise.all(
+      Array.from({ length: 4 }, () => connect(tollgate.address, { initialWindowSize: 0 })),
+    );
+    const streams = connections.flatMap((session) =>
+      Array.from({ length: 5 }, () => openStream(session)),
+    );
+    const statuses = streams.map(statusOf);
+    const checks: Promise<string | undefined>[] = [];
+    const beside = () => {
+      const request = { domain: 'hostile', descriptors: [d('tenant', 'beside')] };
+      checks.push(callCheck(tollgate.client, request, 5_000).then((r) => r.overall_code));
+    };
+    // Until `reports` are answered or refused, with a check beside every 250 ms.
+    const settle = async (reports: number) => {
+      for (let n = 0; n < 120; n++) {
+        await sleep(250);
+        peak = Math.max(peak, rssMb(pid));
+        beside();
+        const text = await metrics(tollgate);
+        const answered = metricValue(text, 'tollgate_rlqs_reports_total') ?? 0;
+        const refused = Object.values(await bounds(tollgate)).reduce((a, b) => a + b, 0);
+        if (answered + refused >= reports) return;
+      }
+    };
+    const report = largeReport();
+    // One report a stream, each answered with about 3.7 MB: 4 answers fit in 16 MiB; the 16
+    // streams whose answers would pass it have nothing of their own queued, so their status goes
+    // at once, though they never read.
+    for (const stream of streams) stream.write(report);
+    await settle(streams.length);
+    // The refused streams' statuses on their way to this client.
+    const refusedNow = (await bounds(tollgate)).rlqs_queued_bytes_total ?? 0;
+    for (let n = 0; n < 50 && statuses.filter((s) => s.status).length < refusedNow; n++) {
+      await sleep(100);
+    }
+    const kept = streams.filter((_, n) => statuses[n]!.status === undefined);
+    const named = statuses.filter((s) => s.status === String(8));
+    // A second report on two of the streams kept: its answer would pass the budget too, so each
+    // ends with its first answer queued before its status, and is reset a second later.
+    const adding = kept.slice(0, 2);
+    for (const stream of adding) stream.write(report);
+    await settle(streams.length + adding.length);
+    for (let n = 0; n < 40 && adding.some((s) => !s.closed); n++) await sleep(250);
+    beside();
+    const answered = await Promise.all(checks);
+    const counted = Object.fromEntries(
+      Object.entries(await bounds(tollgate)).filter(([, n]) => n > 0),
+    );
+    console.log(
+      `[rlqs] 20 streams that never read, 3.7 MB answers, RLQS_MAX_QUEUED_BYTES_TOTAL=16 MiB: ` +
+        `${kept.length} kept, ${named.length} ended at once, then ${adding.length} of them adding; ` +
+        `RSS ${before.toFixed(0)} → peak ${peak.toFixed(0)} MB; bounds ${JSON.stringify(counted)}; ` +
+        `${answered.length} checks beside`,
+    );
+    expect(kept.length).toBe(4);
+    expect(named.length).toBe(16);
+    for (const status of named) {
+      expect(status.message).toBe(
+        `more than ${total} bytes of answers wait for their clients across RLQS streams, RLQS_MAX_QUEUED_BYTES_TOTAL`,
+      );
+    }
+    expect(adding.map((s) => s.rstCode)).toEqual([
+      NGHTTP2_ENHANCE_YOUR_CALM,
+      NGHTTP2_ENHANCE_YOUR_CALM,
+    ]);
+    expect(kept.slice(2).every((s) => !s.closed)).toBe(true);
+    expect(counted).toEqual({ rlqs_queued_bytes_total: 18 });
+    expect(peak - before).toBeLessThan(350);
+    expect(answered.every((code) => code === 'OK')).toBe(true);
+  }, 60_000);
+});
+
+describe('an RLQS client that stops reading with a small queue', () => {
+  it('is ended after RLQS_UNREAD_TIMEOUT, naming it, while a client that reads is not', async () => {
+    const tollgate = await spawn({ RLQS_UNREAD_TIMEOUT: '2s' });
+    const session = await connect(tollgate.address, { initialWindowSize: 0 });
+    const silent = openStream(session);
+    const status = statusOf(silent);
+    silent.resume();
+    const reading = openRlqs(tollgate.address);
+    const started = performance.now();
+    silent.write(grpcFrame(encodeReport(usageReport({ tenant: 'silent' }, 1, 'hostile'))));
+    // The reading client reports every 250 ms meanwhile, and takes each answer.
+    let answers = 0;
+    let unread = 0;
+    for (let n = 0; n < 60 && unread === 0; n++) {
+      reading.stream.write(usageReport({ tenant: 'reading' }, 1, n === 0 ? 'hostile' : undefined));
+      await reading.next();
+      answers += 1;
+      await sleep(250);
+      unread = (await bounds(tollgate)).rlqs_unread ?? 0;
+    }
+    const endedMs = performance.now() - started;
+    // The silent client reads again within the second before its stream is reset: it gets its
+    // answer, then the status.
+    session.settings({ initialWindowSize: 1 << 20 });
+    await new Promise((resolve) => silent.once('close', resolve));
+    const readingOpen = !reading.stream.destroyed;
+    reading.stream.write(usageReport({ tenant: 'reading' }, 1));
+    const after = await reading.next();
+    reading.close();
+    console.log(
+      `[rlqs] a stream that stops reading, RLQS_UNREAD_TIMEOUT=2s: ended after ${endedMs.toFixed(0)} ms ` +
+        `(${JSON.stringify(status)}); ${answers} answers to a client reading beside it`,
+    );
+    expect(unread).toBe(1);
+    expect(endedMs).toBeGreaterThan(1_900);
+    expect(endedMs).toBeLessThan(10_000);
+    expect(status).toEqual({
+      status: String(1),
+      message: 'an answer waited 2000 ms for the client to read it, RLQS_UNREAD_TIMEOUT',
+    });
+    expect(silent.rstCode === 0 || silent.rstCode === NGHTTP2_CANCEL).toBe(true);
+    expect(readingOpen).toBe(true);
+    expect(after).toHaveProperty('bucket_action');
   }, 30_000);
 });

@@ -840,3 +840,22 @@ describe('the metrics listener (PROMETHEUS_ADDR)', () => {
     expect(failure({ USE_PROMETHEUS: 'maybe' }).message).toMatch(/^USE_PROMETHEUS: 'maybe'/);
   });
 });
+
+describe('RLQS queued bytes', () => {
+  it('defaults to 64 MiB across streams and 30 s for an unread answer', () => {
+    expect(readSettings({}).rlqs).toMatchObject({
+      maxQueuedBytes: 16 * 1024 * 1024,
+      maxQueuedBytesTotal: 64 * 1024 * 1024,
+      unreadMs: 30_000,
+    });
+  });
+
+  it('refuses a total under one stream’s bound, naming both', () => {
+    expect(
+      failure({ RLQS_MAX_QUEUED_BYTES: '2000', RLQS_MAX_QUEUED_BYTES_TOTAL: '1000' }).message,
+    ).toBe(
+      'RLQS_MAX_QUEUED_BYTES_TOTAL: 1000 is less than RLQS_MAX_QUEUED_BYTES (2000), which one stream may queue',
+    );
+    expect(failure({ RLQS_UNREAD_TIMEOUT: '10ms' }).message).toMatch(/^RLQS_UNREAD_TIMEOUT/);
+  });
+});
