@@ -10,10 +10,12 @@ import protobuf from 'protobufjs';
 import { RulesError } from '../core/errors.js';
 
 /**
- * Descriptors per update, at every depth. The largest rules file allowed holds about 54,000
- * rules; an update may hold a few times that.
+ * Descriptors per update, at every depth: what loads in the loader's heap (LOAD_HEAP_MB, 384 MB)
+ * with room to spare. An update of 100,000 descriptors, a third of them with metadata (the most
+ * metadata values allowed), peaked at about 290 MB of it; 150,000 at 370 MB, and 200,000 ran it
+ * out. The largest rules file allowed holds about 54,000 rules.
  */
-export const MAX_XDS_DESCRIPTORS = 200_000;
+export const MAX_XDS_DESCRIPTORS = 100_000;
 /** Values in the descriptors' metadata (each Struct, list and value), per update. */
 export const MAX_XDS_METADATA_VALUES = 100_000;
 /**
