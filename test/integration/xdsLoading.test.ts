@@ -172,10 +172,10 @@ describe('large updates over xDS, to the built service', () => {
       return rssMb(pid) - Number(heap) / 1024 / 1024;
     };
     const before = await outsideMb();
-    const marginMb = 100;
+    const marginMb = 150;
     const after: number[] = [];
-    for (const [i, version] of ['v2', 'v3', 'v4'].entries()) {
-      await server.set(NODE, version, [config(50 - i, 40_000)]);
+    for (const [i, version] of ['v2', 'v3'].entries()) {
+      await server.set(NODE, version, [config(50 - i, 70_000)]);
       await server.waitFor(acked(version), 60_000);
       let outside = await outsideMb();
       await eventually(async () => (outside = await outsideMb()) < before + marginMb, 10_000).catch(
@@ -184,10 +184,10 @@ describe('large updates over xDS, to the built service', () => {
       after.push(outside);
     }
     console.log(
-      `[xds] three updates of 40,000 rules: RSS beyond the serving heap ${Math.round(before)} MB before, ` +
+      `[xds] two updates of 70,000 rules: RSS beyond the serving heap ${Math.round(before)} MB before, ` +
         `${after.map(Math.round).join(', ')} MB after each (RSS now ${Math.round(rssMb(pid))} MB)`,
     );
-    expect(await limitNow(tollgate)).toBe(48);
+    expect(await limitNow(tollgate)).toBe(49);
     for (const outside of after) expect(outside - before).toBeLessThan(marginMb);
   }, 120_000);
 
