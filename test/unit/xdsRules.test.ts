@@ -149,6 +149,20 @@ describe('rules over xDS', () => {
     expect(performance.now() - started).toBeLessThan(5_000);
   });
 
+  it('refuses more replaces entries than the bound, before decoding them', () => {
+    // Two bytes each on the wire: 4 MiB would hold two million.
+    const replaces = Array.from({ length: 100_001 }, () => ({}));
+    const rate_limit = { unit: 'SECOND', requests_per_unit: 1, name: 'a', replaces };
+    expect(() =>
+      loadXdsRules(
+        [resource({ name: 'many', domain: 'api', descriptors: [{ key: 'k', rate_limit }] })],
+        options,
+      ),
+    ).toThrow(
+      /^RateLimitConfig 'many': the update's rate limits list more than 100000 entries in their replaces$/,
+    );
+  });
+
   it('refuses metadata that expands past its bound from the wire bytes, before decoding them', () => {
     // A descriptor whose metadata is a list of 1,000,000 empty lists: 4 MB on the wire.
     const item = Buffer.from([0x0a, 0x02, 0x32, 0x00]); // ListValue.values: Value{list_value: {}}
