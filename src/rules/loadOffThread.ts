@@ -6,9 +6,12 @@
  * either fails, the worker is replaced at the next load, and the process and the rules in force
  * are untouched.
  *
- * One worker serves every load, one load at a time: starting a worker (a V8 isolate, then the
+ * One worker serves load after load, one at a time: starting a worker (a V8 isolate, then the
  * reader's modules) costs tens of milliseconds of CPU, which a management server sending update
- * after update would otherwise make the process pay each time.
+ * after update would otherwise make the process pay each time. But a worker is kept only while
+ * it holds little: V8 keeps the heap a load grew to long after the load, so a refused load, which
+ * may have expanded far before it was refused, and a load that left the heap over KEEP_HEAP_MB,
+ * end their worker, which gives its memory back, and the next load starts a new one.
  *
  * From the TypeScript sources (the tests that run the service in their own process) there is no
  * compiled worker to start: the rules then load on this thread, as at start-up.
@@ -42,6 +45,11 @@ export const LOAD_YOUNG_MB = 48;
  * slower on a host whose cores are all taken: a valid file must not be refused for that.
  */
 export const LOAD_TIMEOUT_MS = 180_000;
+/**
+ * The most heap a worker may hold after a load and still serve the next. A small rule set leaves
+ * it at about 25 MB, so a stream of ordinary updates keeps one worker.
+ */
+export const KEEP_HEAP_MB = 64;
 /** Rules per batch: each is copied and rebuilt in a few milliseconds. */
 const BATCH_SIZE = 1_000;
 
@@ -121,6 +129,11 @@ function loadOne(
   return new Promise<RuleSet>((resolve, reject) => {
     const assembler = createRuleAssembler();
     let settled = false;
+    /** Ends the worker, so that the next load starts a new one. */
+    const retire = () => {
+      if (state.worker === worker) state.worker = undefined;
+      void worker.terminate();
+    };
     const settle = (error: Error | undefined, rules?: RuleSet) => {
       if (settled) return;
       settled = true;
@@ -134,8 +147,7 @@ function loadOne(
     /** The worker cannot be trusted with another load: it is ended, and the next starts anew. */
     const abandon = (error: Error) => {
       settle(error);
-      if (state.worker === worker) state.worker = undefined;
-      void worker.terminate();
+      retire();
     };
     const timer = setTimeout(
       () =>
@@ -147,14 +159,19 @@ function loadOne(
       if (message.id !== id) return;
       if ('error' in message) {
         const { name: kind, message: text } = message.error;
-        return settle(kind === 'RulesError' ? new RulesError(text) : new Error(text));
+        // What the refused load expanded to may still hold the worker's heap.
+        return abandon(kind === 'RulesError' ? new RulesError(text) : new Error(text));
       }
       try {
         assembler.add(message.records);
       } catch (error) {
         return abandon(error as Error);
       }
-      if (message.done) return settle(undefined, assembler.finish());
+      if (message.done) {
+        settle(undefined, assembler.finish());
+        if ((message.heapBytes ?? 0) > KEEP_HEAP_MB * 1024 * 1024) retire();
+        return;
+      }
       // The next batch only after this turn of the event loop: calls go first.
       setImmediate(() => !settled && worker.postMessage({ next: id }));
     };

@@ -79,9 +79,11 @@ function readRulesFile(path: string, file: string): string {
         `${file}: is ${stats.size} bytes, over the limit of ${MAX_RULES_FILE_BYTES}`,
       );
     }
-    const buffer = Buffer.alloc(MAX_RULES_FILE_BYTES + 1);
+    // Room for the file as it is, and a byte to see it grow; more only if it does.
+    let buffer: Buffer = Buffer.alloc(Math.min(stats.size + 1, MAX_RULES_FILE_BYTES + 1));
     let length = 0;
     for (;;) {
+      if (length === buffer.length) buffer = grown(buffer);
       const read = readSync(fd, buffer, length, buffer.length - length, null);
       if (read === 0) break;
       length += read;
@@ -96,6 +98,13 @@ function readRulesFile(path: string, file: string): string {
   } finally {
     if (fd !== undefined) closeSync(fd);
   }
+}
+
+/** A copy of a full read buffer with twice the room, up to one byte past the limit. */
+function grown(buffer: Buffer): Buffer {
+  const larger = Buffer.alloc(Math.min(buffer.length * 2, MAX_RULES_FILE_BYTES + 1));
+  buffer.copy(larger);
+  return larger;
 }
 
 function kindOf(stats: Stats): string {

@@ -1,8 +1,10 @@
 /**
  * The worker thread of the rules loader (loadOffThread.ts), which serves one load after another:
  * for each it loads the rules, then hands them over in batches of records, one batch each time
- * the serving thread asks for the next (see ruleRecords.ts).
+ * the serving thread asks for the next (see ruleRecords.ts). The last batch says how much heap the
+ * thread holds then, so that the loader can tell whether to keep it.
  */
+import { getHeapStatistics } from 'node:v8';
 import { parentPort } from 'node:worker_threads';
 import type { LoadRulesOptions } from './loadRules.js';
 import { ruleRecords, type RuleRecord } from './ruleRecords.js';
@@ -13,10 +15,19 @@ export type LoadRequest =
   | { load: number; source: RulesInput; options: LoadRulesOptions; batchSize: number }
   | { next: number };
 
-/** From the worker: a batch, the last one with `done`; or the error that refused the rules. */
+/**
+ * From the worker: a batch, the last one with `done` and `heapBytes`, the heap the thread holds
+ * then; or the error that refused the rules.
+ */
 export type LoadWorkerMessage =
-  | { id: number; records: RuleRecord[]; done: boolean }
+  | { id: number; records: RuleRecord[]; done: boolean; heapBytes?: number }
   | { id: number; error: { name: string; message: string } };
+
+/** The heap this thread holds: what V8 has taken for its heap, and what it allocated besides. */
+function heapBytes(): number {
+  const heap = getHeapStatistics();
+  return heap.total_heap_size + heap.malloced_memory + heap.external_memory;
+}
 
 const port = parentPort;
 if (port === null) throw new Error('loadWorker.js runs as a worker thread');
@@ -49,7 +60,12 @@ function sendBatch(): void {
     }
   }
   current = undefined; // what it held goes with it
-  port?.postMessage({ id, records: batch, done: true } satisfies LoadWorkerMessage);
+  port?.postMessage({
+    id,
+    records: batch,
+    done: true,
+    heapBytes: heapBytes(),
+  } satisfies LoadWorkerMessage);
 }
 
 port.on('message', (request: LoadRequest) => {

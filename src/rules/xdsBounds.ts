@@ -10,12 +10,21 @@ import protobuf from 'protobufjs';
 import { RulesError } from '../core/errors.js';
 
 /**
- * Descriptors per update, at every depth. The largest rules file allowed holds about 54,000
- * rules; an update may hold a few times that.
+ * Descriptors per update, at every depth: what loads in the loader's heap (LOAD_HEAP_MB, 384 MB).
+ * An update of 100,000 descriptors, a third of them with metadata (the most metadata values
+ * allowed), peaked at about 290 MB of it; 150,000 at 370 MB, and 200,000 ran it out. Richer
+ * descriptors meet the reader's bound of a million YAML nodes first (MAX_EXPANDED_NODES): 90,000
+ * with a named limit and a replaces entry each, a third with metadata, peaked at about 370 MB,
+ * and 95,000 were refused at that bound. The largest rules file allowed holds about 54,000 rules.
  */
-export const MAX_XDS_DESCRIPTORS = 200_000;
+export const MAX_XDS_DESCRIPTORS = 100_000;
 /** Values in the descriptors' metadata (each Struct, list and value), per update. */
 export const MAX_XDS_METADATA_VALUES = 100_000;
+/**
+ * Entries in the rate limits' `replaces` lists, per update. Each is a message of its own, two
+ * bytes on the wire at the least: unbounded, 4 MiB of them would be two million.
+ */
+export const MAX_XDS_REPLACES = 100_000;
 /**
  * How deep messages may nest, descriptors in descriptors and metadata in metadata: a request
  * has at most 16 entries, so deeper rules could never match, and building them would only
@@ -31,13 +40,13 @@ const STRUCT = 3;
 const FIELDS_ENTRY = 4;
 const VALUE = 5;
 const LIST = 6;
-const OTHER = 7;
+const REPLACE = 7;
 type Kind = number;
 
 const FIELDS: Readonly<Record<Kind, Readonly<Record<number, Kind>>>> = {
   [CONFIG]: { 3: DESCRIPTOR },
   [DESCRIPTOR]: { 3: POLICY, 4: DESCRIPTOR, 8: STRUCT },
-  [POLICY]: { 5: OTHER },
+  [POLICY]: { 5: REPLACE },
   [STRUCT]: { 1: FIELDS_ENTRY },
   [FIELDS_ENTRY]: { 2: VALUE },
   [VALUE]: { 5: STRUCT, 6: LIST },
@@ -51,10 +60,15 @@ const NAME_TAG = (1 << 3) | 2;
 export interface XdsBudget {
   descriptors: number;
   metadataValues: number;
+  replaces: number;
 }
 
 export function xdsBudget(): XdsBudget {
-  return { descriptors: MAX_XDS_DESCRIPTORS, metadataValues: MAX_XDS_METADATA_VALUES };
+  return {
+    descriptors: MAX_XDS_DESCRIPTORS,
+    metadataValues: MAX_XDS_METADATA_VALUES,
+    replaces: MAX_XDS_REPLACES,
+  };
 }
 
 /**
@@ -111,6 +125,11 @@ function take(kind: Kind, depth: number, where: string, budget: XdsBudget): void
   if (kind === DESCRIPTOR && --budget.descriptors < 0) {
     throw new RulesError(
       `${where}: the update holds more than ${MAX_XDS_DESCRIPTORS} descriptors, counting every level`,
+    );
+  }
+  if (kind === REPLACE && --budget.replaces < 0) {
+    throw new RulesError(
+      `${where}: the update's rate limits list more than ${MAX_XDS_REPLACES} entries in their replaces`,
     );
   }
   if (!METADATA.has(kind)) return;

@@ -10,7 +10,7 @@ import { RulesError } from '../core/errors.js';
 import { protoDir } from '../core/protos.js';
 import { combineDomains, type LoadRulesOptions } from './loadRules.js';
 import { parseRules } from './parseRules.js';
-import { countXdsResource, xdsBudget, type XdsBudget } from './xdsBounds.js';
+import { countXdsResource, MAX_XDS_DEPTH, xdsBudget, type XdsBudget } from './xdsBounds.js';
 import type { DomainRules, RuleSet } from './types.js';
 
 export const RATE_LIMIT_CONFIG_TYPE =
@@ -118,6 +118,52 @@ function descriptorNode(d: DescriptorMessage): Record<string, unknown> {
   return node;
 }
 
+interface ConfigMessage {
+  name?: string;
+  domain?: string;
+  descriptors?: DescriptorMessage[];
+}
+
+/**
+ * A RateLimitConfig's bytes as a plain object. protobufjs refuses messages nested past its own
+ * limit, protoc's 100, in its own words; tollgate's bound is MAX_XDS_DEPTH, which the walk of the
+ * wire bytes (xdsBounds.ts) has checked, counting every level protobufjs counts and more. So the
+ * limit is raised to that bound for this call only: it is synchronous, and nothing else decodes
+ * on this thread meanwhile.
+ */
+function decodeConfig(bytes: Uint8Array): ConfigMessage {
+  const type = rateLimitConfigType();
+  const { util, Reader } = protobuf;
+  const saved = { util: util.recursionLimit, reader: Reader.recursionLimit };
+  util.recursionLimit = Math.max(saved.util, MAX_XDS_DEPTH);
+  Reader.recursionLimit = Math.max(saved.reader, MAX_XDS_DEPTH);
+  try {
+    return type.toObject(type.decode(bytes), { enums: String, longs: Number, defaults: false });
+  } finally {
+    util.recursionLimit = saved.util;
+    Reader.recursionLimit = saved.reader;
+  }
+}
+
+/**
+ * One resource as the document a rules file of the same content would give, and the label of its
+ * errors. The decoded message is dropped on return, before the document is read: an update near
+ * the bounds holds hundreds of thousands of objects in each form.
+ */
+function documentOf(bytes: Uint8Array, where: string): { label: string; doc: Document.Parsed } {
+  let message: ConfigMessage;
+  try {
+    message = decodeConfig(bytes);
+  } catch (error) {
+    throw new RulesError(`${where}: not a RateLimitConfig: ${(error as Error).message}`);
+  }
+  const doc = new Document({
+    domain: message.domain ?? '',
+    descriptors: (message.descriptors ?? []).map(descriptorNode),
+  });
+  return { label: `RateLimitConfig '${message.name ?? ''}'`, doc: doc as Document.Parsed };
+}
+
 /** One resource's rules; its name labels every error. `budget` counts what it holds down. */
 function parseXdsResource(
   resource: XdsResource,
@@ -131,26 +177,12 @@ function parseXdsResource(
       `${where}: type '${resource.type_url ?? ''}' is not ${RATE_LIMIT_CONFIG_TYPE}`,
     );
   }
+  const bytes = resource.value ?? new Uint8Array();
   // Counted before it is decoded: what it holds, not what it weighs, is what costs.
-  countXdsResource(resource.value ?? new Uint8Array(), where, budget);
-  let message: { name?: string; domain?: string; descriptors?: DescriptorMessage[] };
+  countXdsResource(bytes, where, budget);
+  const { label, doc } = documentOf(bytes, where);
   try {
-    const type = rateLimitConfigType();
-    message = type.toObject(type.decode(resource.value ?? new Uint8Array()), {
-      enums: String,
-      longs: Number,
-      defaults: false,
-    });
-  } catch (error) {
-    throw new RulesError(`${where}: not a RateLimitConfig: ${(error as Error).message}`);
-  }
-  const label = `RateLimitConfig '${message.name ?? ''}'`;
-  const doc = new Document({
-    domain: message.domain ?? '',
-    descriptors: (message.descriptors ?? []).map(descriptorNode),
-  });
-  try {
-    return parseRules(doc as Document.Parsed, label, options);
+    return parseRules(doc, label, options);
   } catch (err) {
     if (err instanceof RangeError) {
       throw new RulesError(`${label}: nests too deep to read (${err.message})`, { cause: err });

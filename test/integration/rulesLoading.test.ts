@@ -4,7 +4,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { counterByLabel } from '../support/metrics.js';
-import { rssMb, runToExit, spawnTollgate, type TollgateProcess } from '../support/processes.js';
+import {
+  rssMb,
+  runToExit,
+  spawnTollgate,
+  treeRssMb,
+  type TollgateProcess,
+} from '../support/processes.js';
+import { startRedis } from '../support/redis.js';
 import { probeCalls } from '../support/probeCalls.js';
 import { callCheck, d, eventually } from '../support/tollgate.js';
 
@@ -109,6 +116,72 @@ describe('a reload that would expand too far', () => {
     expect(await limitNow(tollgate)).toBe(100);
     expect(tollgate.child.exitCode).toBeNull();
   }, 60_000);
+});
+
+describe("the loader's memory after refused fan-outs", () => {
+  /**
+   * The service's RSS, its workers and loader threads included, once it is under `limitMb`, or
+   * after 10 s if it never gets there.
+   */
+  async function settledRss(pid: number, limitMb: number): Promise<number> {
+    let rss = treeRssMb(pid);
+    await eventually(async () => (rss = treeRssMb(pid)) < limitMb, 10_000).catch(() => {});
+    return rss;
+  }
+
+  /**
+   * Refuses `count` fan-outs, each a new file, one after another, each by every one of the
+   * `workers`, and gives the service's RSS before the first, and after the first and the last
+   * once it has come back within `marginMb` of it (or 10 s later, if it does not).
+   */
+  async function refuseFanOuts(
+    env: Record<string, string>,
+    { count, workers, marginMb }: { count: number; workers: number; marginMb: number },
+  ) {
+    const { tollgate, dir } = await start(env);
+    const pid = tollgate.child.pid as number;
+    // A reload first, so that a loader thread kept from it is in the first figure too.
+    replace(join(dir, 'api.yaml'), GOOD(90));
+    await eventually(async () => (await limitNow(tollgate)) === 90, 20_000);
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    const before = treeRssMb(pid);
+    const after: number[] = [];
+    for (let i = 0; i < count; i++) {
+      const failed = await loadErrors(tollgate);
+      replace(join(dir, 'fan.yaml'), `# ${i}\n${fanOut(1_000, 1_000)}`);
+      await eventually(async () => (await loadErrors(tollgate)) >= failed + workers, 30_000);
+      if (i === 0 || i === count - 1) after.push(await settledRss(pid, before + marginMb));
+    }
+    console.log(
+      `[loading] ${count} refused fan-outs, ${workers} worker(s): RSS ${before.toFixed(0)} MB before, ` +
+        `${after.map((mb) => mb.toFixed(0)).join(' MB after the first, ')} MB after the last`,
+    );
+    expect(await limitNow(tollgate)).toBe(90);
+    return { before, first: after[0] as number, last: after.at(-1) as number };
+  }
+
+  it('gives the memory back after a refusal, and ten refusals do not grow it', async () => {
+    // Before, each refusal left the loader's heap grown: +207 MB after the first, +247 after ten.
+    const marginMb = 100;
+    const { before, first, last } = await refuseFanOuts({}, { count: 10, workers: 1, marginMb });
+    expect(first - before).toBeLessThan(marginMb);
+    expect(last - before).toBeLessThan(marginMb);
+    // About 2 s a refusal on a quiet 2-core host; the cap is for a busy one.
+  }, 150_000);
+
+  it('with WORKERS=2, gives the memory back as well', async () => {
+    // Before: +443 MB after the first refusal, +543 after three.
+    const redis = await startRedis();
+    try {
+      const env = { WORKERS: '2', REDIS_URL: redis.url };
+      const marginMb = 150;
+      const { before, first, last } = await refuseFanOuts(env, { count: 2, workers: 2, marginMb });
+      expect(first - before).toBeLessThan(marginMb);
+      expect(last - before).toBeLessThan(marginMb);
+    } finally {
+      await redis.stop();
+    }
+  }, 120_000);
 });
 
 describe('a reload with one alias too many', () => {

@@ -159,6 +159,62 @@ describe('large updates over xDS, to the built service', () => {
     expect(rssPeak - rssBefore).toBeLessThan(150);
   }, 60_000);
 
+  it("gives back the loader's memory after each large update: a stream of them does not grow it", async () => {
+    const [server, tollgate] = await setup();
+    const pid = tollgate.child.pid!;
+    /**
+     * The RSS beyond the serving thread's heap: the loader's thread, its heap and what it leaves.
+     * The serving thread's heap holds the rules in force, and old ones until V8 collects them.
+     */
+    const outsideMb = async () => {
+      const text = await (await fetch(`${tollgate.httpUrl}/metrics`)).text();
+      const heap = /^tollgate_nodejs_heap_size_total_bytes (\d+)/m.exec(text)?.[1];
+      return rssMb(pid) - Number(heap) / 1024 / 1024;
+    };
+    const before = await outsideMb();
+    const marginMb = 150;
+    const after: number[] = [];
+    for (const [i, version] of ['v2', 'v3'].entries()) {
+      await server.set(NODE, version, [config(50 - i, 70_000)]);
+      await server.waitFor(acked(version), 60_000);
+      let outside = await outsideMb();
+      await eventually(async () => (outside = await outsideMb()) < before + marginMb, 10_000).catch(
+        () => {},
+      );
+      after.push(outside);
+    }
+    console.log(
+      `[xds] two updates of 70,000 rules: RSS beyond the serving heap ${Math.round(before)} MB before, ` +
+        `${after.map(Math.round).join(', ')} MB after each (RSS now ${Math.round(rssMb(pid))} MB)`,
+    );
+    expect(await limitNow(tollgate)).toBe(49);
+    for (const outside of after) expect(outside - before).toBeLessThan(marginMb);
+  }, 120_000);
+
+  it('loads descriptors nested to the bound of 128 levels, and refuses one more in its own words', async () => {
+    const [server, tollgate] = await setup();
+    /** `levels` descriptors, each in the one before, beside a limit to see it in force. */
+    const deep = (levels: number, perMinute: number) => {
+      let descriptor: object = { key: 'leaf' };
+      for (let i = 1; i < levels; i++) descriptor = { key: `k${i}`, descriptors: [descriptor] };
+      const { descriptors } = config(perMinute);
+      return { name: 'api', domain: 'api', descriptors: [...descriptors, descriptor] };
+    };
+    // protobufjs alone refuses past 100 levels, as "not a RateLimitConfig".
+    await server.set(NODE, 'v2', [deep(128, 60)]);
+    await server.waitFor(acked('v2'), 30_000);
+    expect(await limitNow(tollgate)).toBe(60);
+    await server.set(NODE, 'v3', [deep(129, 70)]);
+    const nack = (await server.waitFor(
+      (e) => isRequest(e) && e.kind === 'nack',
+      30_000,
+    )) as XdsRequestEvent;
+    expect(nack.errorDetail?.message).toBe(
+      "RateLimitConfig 'api': nests deeper than 128 messages (descriptors and their metadata)",
+    );
+    expect(await limitNow(tollgate)).toBe(60);
+  }, 60_000);
+
   it('keeps answering checks while a management server floods it with updates', async () => {
     const flood = await startAdsFlood({ perSecond: 5_000 });
     cleanup.push(() => flood.close());

@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { createRateLimitClient, type RateLimitClient } from '@tollgate/client';
 import { freePort } from './ports.js';
 import { eventually, healthStatus, writeRules } from './tollgate.js';
@@ -141,4 +141,34 @@ export async function runToExit(
 export function rssMb(pid: number): number {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   return Number(/^VmRSS:\s+(\d+) kB/m.exec(status)?.[1]) / 1024;
+}
+
+/**
+ * The resident memory of a process and all its descendants (the workers of WORKERS > 1), in MB,
+ * from /proc. A process that exits while it is read counts as nothing.
+ */
+export function treeRssMb(pid: number): number {
+  const children = new Map<number, number[]>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      // The parent is the second field after the command, which is in parentheses.
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const parent = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      children.set(parent, [...(children.get(parent) ?? []), Number(entry)]);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  let total = 0;
+  for (const queue = [pid]; queue.length > 0;) {
+    const next = queue.pop() as number;
+    try {
+      total += rssMb(next);
+    } catch {
+      // gone meanwhile
+    }
+    queue.push(...(children.get(next) ?? []));
+  }
+  return total;
 }

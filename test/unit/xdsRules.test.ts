@@ -141,12 +141,26 @@ describe('rules over xDS', () => {
   it('refuses an update of more descriptors than the bound, before reading them', () => {
     const many = Array.from({ length: 1_001 }, (_, i) => ({ key: `k${i}` }));
     const nested = { key: 'top', descriptors: many };
-    const wide = Array.from({ length: 200 }, () => nested);
+    const wide = Array.from({ length: 100 }, () => nested);
     const started = performance.now();
     expect(() =>
       loadXdsRules([resource({ name: 'huge', domain: 'api', descriptors: wide })], options),
-    ).toThrow(/^RateLimitConfig 'huge': the update holds more than 200000 descriptors/);
+    ).toThrow(/^RateLimitConfig 'huge': the update holds more than 100000 descriptors/);
     expect(performance.now() - started).toBeLessThan(5_000);
+  });
+
+  it('refuses more replaces entries than the bound, before decoding them', () => {
+    // Two bytes each on the wire: 4 MiB would hold two million.
+    const replaces = Array.from({ length: 100_001 }, () => ({}));
+    const rate_limit = { unit: 'SECOND', requests_per_unit: 1, name: 'a', replaces };
+    expect(() =>
+      loadXdsRules(
+        [resource({ name: 'many', domain: 'api', descriptors: [{ key: 'k', rate_limit }] })],
+        options,
+      ),
+    ).toThrow(
+      /^RateLimitConfig 'many': the update's rate limits list more than 100000 entries in their replaces$/,
+    );
   });
 
   it('refuses metadata that expands past its bound from the wire bytes, before decoding them', () => {
@@ -178,6 +192,50 @@ describe('rules over xDS', () => {
     );
     expect(performance.now() - started).toBeLessThan(2_000);
     expect(process.memoryUsage().heapUsed - before).toBeLessThan(64 * 1024 * 1024);
+  });
+
+  it('reads descriptors and metadata nested to the bound of 128 messages, and refuses one more in its own words', () => {
+    const field = (tag: number, bytes: Uint8Array) =>
+      protobuf.Writer.create()
+        .uint32((tag << 3) | 2)
+        .bytes(bytes)
+        .finish();
+    const text = (value: string) => Buffer.from(value);
+    const config = (descriptor: Uint8Array) =>
+      Buffer.concat([field(1, text('deep')), field(2, text('api')), field(3, descriptor)]);
+    /** `levels` descriptors, each in the one before: the innermost is that many messages deep. */
+    const descriptors = (levels: number) => {
+      let deep: Uint8Array = field(1, text('leaf'));
+      for (let i = 1; i < levels; i++)
+        deep = Buffer.concat([field(1, text(`k${i}`)), field(4, deep)]);
+      return config(deep);
+    };
+    /**
+     * A descriptor (level 1) whose metadata nests structs: each is a Struct, a fields entry and a
+     * Value, three levels; the innermost message is `levels` deep.
+     */
+    const metadata = (levels: number) => {
+      let value: Uint8Array = field(3, text('leaf')); // Value.string_value
+      for (let depth = levels; depth > 4; depth -= 3) {
+        value = field(5, field(1, Buffer.concat([field(1, text('n')), field(2, value)])));
+      }
+      const struct = field(1, Buffer.concat([field(1, text('n')), field(2, value)]));
+      if ((levels - 1) % 3 !== 0) throw new Error(`no struct nesting is ${levels} deep`);
+      return config(Buffer.concat([field(1, text('k')), field(8, struct)]));
+    };
+    const load = (bytes: Uint8Array) =>
+      loadXdsRules([{ type_url: RATE_LIMIT_CONFIG_TYPE, value: bytes }], options);
+    // protobufjs alone stops at 100 levels, with its own message.
+    for (const levels of [100, 101, 128]) {
+      expect(load(descriptors(levels)).domains.has('api')).toBe(true);
+    }
+    expect(load(metadata(127)).domains.has('api')).toBe(true);
+    expect(() => load(descriptors(129))).toThrow(
+      /^RateLimitConfig 'deep': nests deeper than 128 messages \(descriptors and their metadata\)$/,
+    );
+    expect(() => load(metadata(130))).toThrow(
+      /^RateLimitConfig 'deep': nests deeper than 128 messages/,
+    );
   });
 
   it('refuses descriptors nested past 128 levels, and reads metadata within the bounds', () => {
