@@ -147,7 +147,7 @@ describe('the start-up line', () => {
     await redis.client.call('ACL', 'SETUSER', 'proc', 'on', `>${PASSWORD}`, '~*', '+@all');
     const tollgate = await spawnKept({
       REDIS_URL: `redis://proc:${PASSWORD}@127.0.0.1:${redis.port}`,
-      DEBUG_PORT: '6070',
+      EXPIRATION_JITTER_MAX_SECONDS: '300',
       LOCAL_CACHE_SIZE_IN_BYTES: '1000000',
       REDIS_PERSECOND_URL: `redis://proc:${PASSWORD}@127.0.0.1:1`,
       STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true',
@@ -171,7 +171,7 @@ describe('the start-up line', () => {
     expect(warnings).toEqual([
       'STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true is read only under COMPAT_MODE=reference: without it, a denied request never increments any counter',
       'STATSD_HOST is set but statsd is off: tollgate sends statsd only with USE_STATSD=true (the reference sends it by default)',
-      'DEBUG_PORT=6070 is set but not used by tollgate: there is no debug port',
+      'EXPIRATION_JITTER_MAX_SECONDS=300 is set but not used by tollgate: counters expire exactly when they stop mattering',
       'LOCAL_CACHE_SIZE_IN_BYTES=1000000 is set but not used by tollgate: the over-limit cache is OVER_LIMIT_CACHE_SIZE, in entries (under COMPAT_MODE=reference, a size above 0 turns it on)',
       'REDIS_PERSECOND_URL is set but not used by tollgate: per-second limits share the one Redis of REDIS_URL',
     ]);
