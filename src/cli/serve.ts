@@ -1,4 +1,5 @@
 import { RulesError, SettingsError } from '../core/errors.js';
+import { logRefusal } from '../core/logger.js';
 import { checkNodeLine } from '../core/nodeLines.js';
 import { positionalsOrHelp, UsageError, type Command } from './args.js';
 
@@ -13,8 +14,8 @@ Options:
 
 /**
  * Starts the service: alone, or as the primary of WORKERS (whose workers run this same command).
- * A Node line outside package.json's engines, bad settings or bad rules print one line and exit 1,
- * without a stack.
+ * A Node line outside package.json's engines, bad settings or bad rules log one fatal line on
+ * stderr, in LOG_FORMAT and without a stack, and exit 1.
  */
 export async function startService(): Promise<void> {
   try {
@@ -25,7 +26,7 @@ export async function startService(): Promise<void> {
     await run();
   } catch (error) {
     if (!(error instanceof SettingsError || error instanceof RulesError)) throw error;
-    console.error(`tollgate: ${error.message}`);
+    logRefusal(error.message, process.env);
     process.exit(1);
   }
 }

@@ -19,7 +19,8 @@ export interface LogSettings {
 /** The longest message an error keeps in the log; a parser's message can quote a whole input. */
 const MAX_MESSAGE_CHARS = 1_000;
 
-export function createLogger(settings: LogSettings): Logger {
+/** The logger of LOG_LEVEL and LOG_FORMAT, writing to stdout, or to stderr with `fd` 2. */
+export function createLogger(settings: LogSettings, fd: 1 | 2 = 1): Logger {
   const withStacks = settings.logLevel === 'debug' || settings.logLevel === 'trace';
   const options = {
     level: settings.logLevel,
@@ -32,6 +33,7 @@ export function createLogger(settings: LogSettings): Logger {
       pretty({
         colorize: false,
         sync: true,
+        destination: fd,
         singleLine: true,
         // pino-pretty prints an error field over several lines, whatever `singleLine` says: it
         // goes on the message's line instead, as JSON.
@@ -40,7 +42,16 @@ export function createLogger(settings: LogSettings): Logger {
       }),
     );
   }
-  return pino(options);
+  return fd === 1 ? pino(options) : pino(options, pino.destination({ fd: 2, sync: true }));
+}
+
+/**
+ * A start-up that cannot go on (bad settings or rules, a Node line or a Redis it cannot use): one
+ * fatal line on stderr in LOG_FORMAT, read here on its own since the settings may be what failed.
+ */
+export function logRefusal(message: string, env: Record<string, string | undefined>): void {
+  const logFormat = /^text$/i.test(env.LOG_FORMAT ?? '') ? 'text' : 'json';
+  createLogger({ logLevel: 'info', logFormat }, 2).fatal(message);
 }
 
 export interface BriefError {

@@ -8,7 +8,7 @@
  */
 import cluster, { type Worker } from 'node:cluster';
 import { RulesError, SettingsError } from '../core/errors.js';
-import { createLogger, logProcessWarnings, type Logger } from '../core/logger.js';
+import { createLogger, logProcessWarnings, logRefusal, type Logger } from '../core/logger.js';
 import {
   createMetrics,
   createMetricsAggregator,
@@ -456,7 +456,7 @@ function drainWorkers(course: Course, pool: Pool, graceMs: number, exit: () => v
 /** Every worker has exited. */
 function exitPrimary(course: Course, logger: Logger): never {
   if (course.startupError !== undefined) {
-    console.error(`tollgate: ${course.startupError}`);
+    logRefusal(course.startupError, process.env);
     process.exit(1);
   }
   logger.info({ exitCode: course.exitCode }, 'workers stopped');

@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { counterKey } from '../../src/store/keys.js';
 import { freePort } from '../support/ports.js';
-import { spawnTollgate } from '../support/processes.js';
+import { refusal, spawnTollgate } from '../support/processes.js';
 import { startRedis, type TestRedis } from '../support/redis.js';
 import { d, startTollgate, writeRules, type Tollgate } from '../support/tollgate.js';
 
@@ -123,7 +123,7 @@ describe('serve', () => {
     expect(await cli(['serve', 'now'])).toMatchObject({ code: 2 });
     const bad = await cli(['serve'], { CONFIG_PATH: rulesPath, FAILURE_MODE: 'sometimes' });
     expect(bad.code).toBe(1);
-    expect(bad.stderr).toMatch(/^tollgate: FAILURE_MODE: 'sometimes' is not one of/);
+    expect(refusal(bad.stderr)).toMatch(/^FAILURE_MODE: 'sometimes' is not one of/);
   });
 });
 

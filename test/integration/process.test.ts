@@ -3,6 +3,7 @@ import { createServer, connect, type Server } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../support/ports.js';
 import {
+  refusal,
   runToExit as runProcessToExit,
   spawnTollgate,
   type TollgateProcess,
@@ -67,8 +68,8 @@ describe('a port in use', () => {
         };
         const { code, stdout, stderr } = await runToExit(env);
         expect(code).toBe(1);
-        expect(stderr).toBe(
-          `tollgate: ${setting}: 127.0.0.1:${port} is already in use by another process\n`,
+        expect(refusal(stderr)).toBe(
+          `${setting}: 127.0.0.1:${port} is already in use by another process`,
         );
         // Nor does grpc-js say it first, in the log.
         expect(stdout).not.toContain('No address added');

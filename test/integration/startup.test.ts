@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeCerts } from '../support/certs.js';
 import { ENVOY_GATEWAY_ENV } from '../support/envoyGateway.js';
 import { freePort } from '../support/ports.js';
+import { refusal } from '../support/processes.js';
 import { startRedis, type TestRedis } from '../support/redis.js';
 import { writeRules } from '../support/tollgate.js';
 
@@ -27,7 +28,7 @@ function run(env: Record<string, string>): Promise<{ code: number | null; stderr
     });
     let stderr = '';
     child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    child.once('exit', (code) => resolve({ code, stderr }));
+    child.once('exit', (code) => resolve({ code, stderr: refusal(stderr) }));
   });
 }
 
@@ -35,7 +36,7 @@ describe('start-up', () => {
   it('stops on a bad setting, naming it', async () => {
     expect(await run({ REDIS_TIMEOUT: 'soon' })).toEqual({
       code: 1,
-      stderr: expect.stringMatching(/^tollgate: REDIS_TIMEOUT: 'soon' is not a duration/),
+      stderr: expect.stringMatching(/^REDIS_TIMEOUT: 'soon' is not a duration/),
     });
   });
 
@@ -49,8 +50,8 @@ descriptors:
     expect(await run({ CONFIG_PATH: path })).toEqual({
       code: 1,
       stderr:
-        "tollgate: rules.yaml: descriptors[0].rate_limit.unit: 'minutes' is not one of " +
-        'second, minute, hour, day, week, month, year\n',
+        "rules.yaml: descriptors[0].rate_limit.unit: 'minutes' is not one of " +
+        'second, minute, hour, day, week, month, year',
     });
   });
 
@@ -116,7 +117,7 @@ function runOnce(env: Record<string, string>, node = process.execPath): Promise<
         .split('\n')
         .filter((line) => line.startsWith('{'))
         .map((line) => JSON.parse(line) as Record<string, unknown>);
-      resolve({ code, stderr, lines });
+      resolve({ code, stderr: refusal(stderr), lines });
     });
   });
 }
@@ -143,8 +144,8 @@ describe('start-up refuses what it cannot honour, in one line', () => {
     expect(await runOnce({}, node)).toMatchObject({
       code: 1,
       stderr:
-        `tollgate: Node ${version} is not a supported line: tollgate runs on Node 22, 24 or 26 ` +
-        '(TOLLGATE_ALLOW_UNSUPPORTED_NODE=1 runs it anyway)\n',
+        `Node ${version} is not a supported line: tollgate runs on Node 22, 24 or 26 ` +
+        '(TOLLGATE_ALLOW_UNSUPPORTED_NODE=1 runs it anyway)',
       lines: [],
     });
 
@@ -161,8 +162,8 @@ describe('start-up refuses what it cannot honour, in one line', () => {
     expect(await runOnce({ BACKEND_TYPE: 'memcache' })).toMatchObject({
       code: 1,
       stderr:
-        "tollgate: BACKEND_TYPE: 'memcache' is not a store tollgate has: counters are in Redis " +
-        '(REDIS_URL, with BACKEND_TYPE=redis or unset) or, with neither set, in this process\n',
+        "BACKEND_TYPE: 'memcache' is not a store tollgate has: counters are in Redis " +
+        '(REDIS_URL, with BACKEND_TYPE=redis or unset) or, with neither set, in this process',
       lines: [],
     });
   });
@@ -171,8 +172,8 @@ describe('start-up refuses what it cannot honour, in one line', () => {
     expect(await runOnce({ BACKEND_TYPE: 'redis' })).toMatchObject({
       code: 1,
       stderr:
-        'tollgate: BACKEND_TYPE: redis needs REDIS_URL: without it the counters would be in this ' +
-        'process only; set REDIS_URL, or unset BACKEND_TYPE for the in-memory store\n',
+        'BACKEND_TYPE: redis needs REDIS_URL: without it the counters would be in this ' +
+        'process only; set REDIS_URL, or unset BACKEND_TYPE for the in-memory store',
       lines: [],
     });
   });
@@ -180,7 +181,7 @@ describe('start-up refuses what it cannot honour, in one line', () => {
   it('with a boolean outside true, false, 1, 0, yes, no, on, off', async () => {
     expect(await runOnce({ USE_STATSD: 'enabled' })).toMatchObject({
       code: 1,
-      stderr: "tollgate: USE_STATSD: 'enabled' is not true or false\n",
+      stderr: "USE_STATSD: 'enabled' is not true or false",
     });
   });
 });

@@ -111,6 +111,21 @@ async function spawnOnFreePorts(
  * Runs tollgate (`node dist/main.js`) on these rules to its exit, on free ports of 127.0.0.1,
  * without waiting for it to serve: for start-ups that must fail. Killed past 30 s.
  */
+/**
+ * What a refused start-up said: the message of the one fatal JSON line on stderr, or the whole
+ * of stderr when it is anything else, so that a failed assertion shows what was printed.
+ */
+export function refusal(stderr: string): string {
+  const lines = stderr.split('\n').filter(Boolean);
+  if (lines.length !== 1) return stderr;
+  try {
+    const line = JSON.parse(lines[0] as string) as { level?: unknown; msg?: unknown };
+    return line.level === 60 && typeof line.msg === 'string' ? line.msg : stderr;
+  } catch {
+    return stderr;
+  }
+}
+
 export async function runToExit(
   rules: string,
   env: Record<string, string>,
