@@ -109,7 +109,8 @@ export function createServers(options: ServersOptions): Servers {
   const onInternalError = (error: unknown) =>
     logger.error({ err: error }, 'internal error answering a check');
   const onInvalidRequest = () => events.invalidRequest();
-  routeGrpcLogs((line) => logger.warn({ source: 'grpc-js' }, line));
+  // At grpc-js's own severity: GRPC_VERBOSITY (ERROR by default) chooses what it says at all.
+  routeGrpcLogs((level, line) => logger[level]({ source: 'grpc-js' }, line));
   const grpc = createGrpcServer({
     decide: options.decide,
     rlqs: options.rlqs,

@@ -108,12 +108,16 @@ const FAILED_BIND = /^No address added out of total \d+ resolved$/;
  * grpc-js logs to stderr itself; its lines go to `log` instead, so that they reach the service's
  * structured log and stderr keeps only what stops start-up. It is one setting for the process.
  */
-export function routeGrpcLogs(log: (line: string) => void): void {
-  const each = (...args: unknown[]) => {
-    const line = grpcLogLine(args);
-    if (line !== undefined && !FAILED_BIND.test(line)) log(line);
-  };
-  grpc.setLogger({ error: each, info: each, debug: each });
+export function routeGrpcLogs(
+  log: (level: 'error' | 'info' | 'debug', line: string) => void,
+): void {
+  const at =
+    (level: 'error' | 'info' | 'debug') =>
+    (...args: unknown[]) => {
+      const line = grpcLogLine(args);
+      if (line !== undefined && !FAILED_BIND.test(line)) log(level, line);
+    };
+  grpc.setLogger({ error: at('error'), info: at('info'), debug: at('debug') });
 }
 
 /** Text values only: a `-bin` key's Buffers are not headers a check reads. */
