@@ -41,12 +41,13 @@ function spend(ctx: NodeContext, count: number): void {
   const expanded = (ctx.expanded ??= { nodes: 0 });
   expanded.nodes += count;
   if (expanded.nodes > MAX_EXPANDED_NODES) {
-    fail(
-      ctx,
-      '',
-      `expands to more than ${MAX_EXPANDED_NODES} YAML nodes once its aliases are read where ` +
-        'they are used; write fewer aliases of large lists, or split the file',
-    );
+    // Rules from xDS, or a file without aliases, are simply too many: no alias is to blame.
+    const why =
+      (ctx.aliases?.followed ?? 0) > 0
+        ? `expands to more than ${MAX_EXPANDED_NODES} YAML nodes once its aliases are read where ` +
+          'they are used; write fewer aliases of large lists, or split the file'
+        : `holds more than ${MAX_EXPANDED_NODES} nodes (rules, their keys and values); split it`;
+    fail(ctx, '', why);
   }
 }
 
