@@ -219,8 +219,8 @@ describe('credentials', () => {
       REDIS_URL: `redis://proc:${PASSWORD}@h1:1,redis://proc:${PASSWORD}@h2:2`,
     });
     expect(code).toBe(1);
-    expect(stderr).toBe(
-      "tollgate: REDIS_URL: a list of nodes needs REDIS_TYPE=cluster ('redis://proc:***@h1:1,redis://proc:***@h2:2')\n",
+    expect(refusal(stderr)).toBe(
+      "REDIS_URL: a list of nodes needs REDIS_TYPE=cluster ('redis://proc:***@h1:1,redis://proc:***@h2:2')",
     );
   });
 });

@@ -6,6 +6,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRateLimitClient, type RateLimitClient } from '@tollgate/client';
 import {
+  refusal,
   runToExit as runProcessToExit,
   spawnTollgate,
   type TollgateProcess,
@@ -405,8 +406,8 @@ describe('a start-up error with WORKERS=2', () => {
   it('is a bad setting, reported once by the primary', async () => {
     const { code, stdout, stderr } = await runToExit({ REDIS_URL: '' });
     expect(code).toBe(1);
-    expect(stderr).toBe(
-      'tollgate: WORKERS: more than 1 needs REDIS_URL, since workers share no memory\n',
+    expect(refusal(stderr)).toBe(
+      'WORKERS: more than 1 needs REDIS_URL, since workers share no memory',
     );
     expect(stdout).toBe('');
   });
@@ -416,7 +417,7 @@ describe('a start-up error with WORKERS=2', () => {
       'domain: w\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n';
     const { code, stdout, stderr } = await runToExit({ CONFIG_PATH: writeRules(bad) });
     expect(code).toBe(1);
-    expect(stderr).toMatch(/^tollgate: .*rules\.yaml: .*'fortnight'[^\n]*\n$/);
+    expect(refusal(stderr)).toMatch(/^.*rules\.yaml: .*'fortnight'[^\n]*$/);
     expect(stdout).toBe('');
   });
 
@@ -427,10 +428,8 @@ describe('a start-up error with WORKERS=2', () => {
     try {
       const { code, stdout, stderr } = await runToExit({ PORT: String(port) });
       expect(code).toBe(1);
-      // As for any bad setting: one line, naming the setting and the port, and no stack.
-      expect(stderr).toBe(
-        `tollgate: PORT: 127.0.0.1:${port} is already in use by another process\n`,
-      );
+      // As for any bad setting: one fatal line, naming the setting and the port, and no stack.
+      expect(refusal(stderr)).toBe(`PORT: 127.0.0.1:${port} is already in use by another process`);
       expect(stdout).not.toContain('replacing it');
     } finally {
       squatter.close();

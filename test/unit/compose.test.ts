@@ -123,8 +123,6 @@ describe('Dockerfile', () => {
       timeout: 30_000,
     });
     expect(run.status).toBe(1);
-    expect(run.stderr).toContain(
-      "tollgate: CONFIG_TYPE: 'nonsense' is not one of file, grpc_xds_sotw",
-    );
+    expect(run.stderr).toContain("CONFIG_TYPE: 'nonsense' is not one of file, grpc_xds_sotw");
   });
 });
