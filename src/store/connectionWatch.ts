@@ -142,6 +142,11 @@ function firstConnection(
   refused: () => StoreError | undefined,
 ): Promise<void> {
   return new Promise((resolve, reject) => {
+    // The rules may have taken long enough (xDS) for the connection to be ready, or refused,
+    // before anyone asked: no event would come then.
+    const settled = refused();
+    if (settled) return reject(new SettingsError(settled.message.replace(/^redis: /, '')));
+    if (redis.status === 'ready') return resolve();
     const done = () => {
       clearTimeout(timer);
       redis.off('ready', done);
