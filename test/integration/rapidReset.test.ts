@@ -6,6 +6,7 @@ import { counterByLabel } from '../support/metrics.js';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { startRedis, type TestRedis } from '../support/redis.js';
 import { callCheck, d } from '../support/tollgate.js';
+import { frame, grpcHeaderBlock, PREFACE } from '../support/http2Frames.mjs';
 import { connect, grpcFrame, rawCall } from '../support/rawGrpc.js';
 
 // HTTP/2 rapid reset (CVE-2023-44487) from one address, reconnecting whenever a connection is
@@ -137,28 +138,7 @@ describe('rapid reset from one address, with reconnects', () => {
 });
 
 /** An HTTP/2 frame: type, flags, stream id and payload. */
-function frame(type: number, flags: number, streamId: number, payload: Buffer): Buffer {
-  const header = Buffer.alloc(9);
-  header.writeUIntBE(payload.length, 0, 3);
-  header[3] = type;
-  header[4] = flags;
-  header.writeUInt32BE(streamId, 5);
-  return Buffer.concat([header, payload]);
-}
-
-const literal = (text: string) => Buffer.concat([Buffer.from([text.length]), Buffer.from(text)]);
-/** HPACK: POST, http, the path, an authority, application/grpc and te: trailers. */
-const CHECK_HEADERS = Buffer.concat([
-  Buffer.from([0x83, 0x86, 0x04]),
-  literal(CHECK_PATH),
-  Buffer.from([0x01]),
-  literal('tollgate'),
-  Buffer.from([0x0f, 0x10]),
-  literal('application/grpc'),
-  Buffer.from([0x00]),
-  literal('te'),
-  literal('trailers'),
-]);
+const CHECK_HEADERS = grpcHeaderBlock(CHECK_PATH);
 
 /**
  * A connection that makes `calls` calls one after the other, each cancelled (RST_STREAM CANCEL)
@@ -174,7 +154,7 @@ function cancellingConnection(address: string, calls: number): Promise<boolean> 
   socket.once('close', () => (closed = true));
   return new Promise((resolve) => {
     socket.once('connect', async () => {
-      socket.write(Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'));
+      socket.write(PREFACE);
       socket.write(frame(4, 0, 0, Buffer.alloc(0)));
       for (let i = 0, id = 1; i < calls && !closed; i++, id += 2) {
         socket.write(frame(1, 0x4, id, CHECK_HEADERS));

@@ -5,33 +5,12 @@
 // GOAWAY is replaced at once. At the end it prints one line of JSON: what it did and what it got.
 import { Buffer } from 'node:buffer';
 import net from 'node:net';
+import { frame, grpcHeaderBlock, PREFACE } from './http2Frames.mjs';
 
 const [port, path, connections, seconds] = process.argv.slice(2);
-const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
 const BATCH = 100;
 
-function frame(type, flags, streamId, payload) {
-  const header = Buffer.alloc(9);
-  header.writeUIntBE(payload.length, 0, 3);
-  header[3] = type;
-  header[4] = flags;
-  header.writeUInt32BE(streamId, 5);
-  return Buffer.concat([header, payload]);
-}
-
-const literal = (text) => Buffer.concat([Buffer.from([text.length]), Buffer.from(text)]);
-// HPACK: :method POST, :scheme http (static), then literals without indexing.
-const headerBlock = Buffer.concat([
-  Buffer.from([0x83, 0x86, 0x04]),
-  literal(path),
-  Buffer.from([0x01]),
-  literal('tollgate'),
-  Buffer.from([0x0f, 0x10]),
-  literal('application/grpc'),
-  Buffer.from([0x00]),
-  literal('te'),
-  literal('trailers'),
-]);
+const headerBlock = grpcHeaderBlock(path);
 const CANCEL = Buffer.from([0, 0, 0, 8]);
 
 const totals = { opened: 0, refused: 0, goaways: 0, streams: 0, goawayCodes: {} };
