@@ -79,7 +79,7 @@ written to it, and the lagging instance decides at that time instead.
 A refund keeps the key's TTL: less consumed never needs longer.
 --]]
 
-if ARGV[1] == 'refund' then
+local function refund()
   local at, refunded = tonumber(ARGV[2]), {}
   for i = 1, #KEYS do
     local a = 3 + 6 * (i - 1)
@@ -228,16 +228,20 @@ local function clock(given, slack)
   return redis_now, 0
 end
 
-if ARGV[1] == 'batch' then
-  local slack, replies, k, a = tonumber(ARGV[2]), {}, 0, 3
-  while a <= #ARGV do
-    local now, n = ARGV[a], tonumber(ARGV[a + 1])
-    local at, request_slack = clock(now, slack)
-    replies[#replies + 1] = decide(k, a + 2, n, at, request_slack)
-    k, a = k + n, a + 2 + 6 * n
+-- The entry point: one call, in the mode its first argument names.
+local function decision(keys, argv)
+  KEYS, ARGV, redis_now = keys, argv, nil
+  if ARGV[1] == 'refund' then return refund() end
+  if ARGV[1] == 'batch' then
+    local slack, replies, k, a = tonumber(ARGV[2]), {}, 0, 3
+    while a <= #ARGV do
+      local now, n = ARGV[a], tonumber(ARGV[a + 1])
+      local at, request_slack = clock(now, slack)
+      replies[#replies + 1] = decide(k, a + 2, n, at, request_slack)
+      k, a = k + n, a + 2 + 6 * n
+    end
+    return replies
   end
-  return replies
+  local now, slack = clock(ARGV[1], tonumber(ARGV[2]))
+  return decide(0, 3, #KEYS, now, slack)
 end
-
-local now, slack = clock(ARGV[1], tonumber(ARGV[2]))
-return decide(0, 3, #KEYS, now, slack)

@@ -5,13 +5,23 @@ Why Lua: Redis runs a script to completion before it serves any other command, s
 counter, deciding and writing it back is one indivisible step, and a whole request (every
 counter it touches) is decided in one round trip. See dispatch.lua for KEYS, ARGV and the reply.
 
-At start-up tollgate joins lib.lua, the algorithm files and dispatch.lua (in that order) into
-one script with one SHA. Each algorithm file registers itself in ALGORITHMS under its code.
+tollgate joins lib.lua, the algorithm files and dispatch.lua (in that order) into one piece of
+code, which ends by defining `decision`, the entry point. Redis runs it one of two ways (see
+src/store/library.ts):
+- as a function of a library loaded once with FUNCTION LOAD (Redis 7+), called by FCALL: the
+  code below runs once, at load, and each call runs only `decision`;
+- as a script, by EVALSHA, where the whole chunk runs again on every call.
+Either way, nothing below keeps state between calls: `decision` sets KEYS, ARGV and every per-call
+variable before it reads them. Each algorithm file registers itself in ALGORITHMS under its code.
 
 Redis Lua numbers are doubles: integers are exact below 2^53. Counts and limits stay below
 2^33 and windows below 2^36 ms, but their products do not, so the sliding window compares and
 divides such products with the exact helpers below.
 --]]
+
+-- The call's keys and arguments, set by the entry point (dispatch.lua) on each call: a function
+-- gets them as parameters, a script as globals.
+local KEYS, ARGV
 
 local ALGORITHMS = {}
 

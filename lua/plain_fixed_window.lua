@@ -45,6 +45,9 @@ refund mode: a request that spans cluster slots goes to dispatch.lua, whose refu
 what either script consumed.
 --]]
 
+-- The call's keys and arguments, set by the entry point on each call (see lib.lua).
+local KEYS, ARGV
+
 -- As lib.lua's refused: an ACL refusal names the command, so health and logs say what is lacking.
 local function refused(reply, command)
   local err = reply.err
@@ -188,16 +191,19 @@ local function clock(given, slack)
   return redis_now, 0
 end
 
-if ARGV[1] == 'batch' then
-  local replies, k, a = {}, 0, 3
-  while a <= #ARGV do
-    local n = tonumber(ARGV[a + 1])
-    local now, slack = clock(ARGV[a], ARGV[2])
-    replies[#replies + 1] = decide(k, a + 3, n, now, slack, ARGV[a + 2] == '1')
-    k, a = k + n, a + 3 + 3 * n
+-- The entry point: one call, in decide or batch mode.
+local function plain_fixed_window(keys, argv)
+  KEYS, ARGV, redis_now = keys, argv, nil
+  if ARGV[1] == 'batch' then
+    local replies, k, a = {}, 0, 3
+    while a <= #ARGV do
+      local n = tonumber(ARGV[a + 1])
+      local now, slack = clock(ARGV[a], ARGV[2])
+      replies[#replies + 1] = decide(k, a + 3, n, now, slack, ARGV[a + 2] == '1')
+      k, a = k + n, a + 3 + 3 * n
+    end
+    return replies
   end
-  return replies
+  local now, slack = clock(ARGV[1], ARGV[2])
+  return decide(0, 4, #KEYS, now, slack, ARGV[3] == '1')
 end
-
-local now, slack = clock(ARGV[1], ARGV[2])
-return decide(0, 4, #KEYS, now, slack, ARGV[3] == '1')

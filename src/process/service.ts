@@ -1,4 +1,5 @@
 import { createLimiter } from '../decision/limiter.js';
+import { describePath, type CodePath } from '../store/functions.js';
 import { choosePolicy } from '../decision/policy.js';
 import { createQuotaService } from '../rlqs/quotaService.js';
 import { createHealth } from './health.js';
@@ -97,7 +98,7 @@ export function createService(options: ServiceOptions): Service {
     metrics:
       options.metricsExposition ??
       (async () => ({ contentType: metrics.contentType, body: await metrics.text() })),
-    rlconfig: () => rules.dump(),
+    rlconfig: () => withCodePath(rules.dump(), opened.codePath()),
     logger,
     events: metrics,
     rlqs: rlqs?.handler,
@@ -118,7 +119,7 @@ export function createService(options: ServiceOptions): Service {
       const ports = await servers.listen();
       health.listening();
       const source = { source: rules.describe(), loaded: rules.loaded() };
-      logger.info(listeningReport(settings, ports, source), 'listening');
+      logger.info(withRedisCalls(listeningReport(settings, ports, source), opened), 'listening');
       if (settings.redis === undefined) {
         logger.warn(
           'REDIS_URL is unset: counters are kept in this process only, and other instances ' +
@@ -143,6 +144,21 @@ export function createService(options: ServiceOptions): Service {
       await store.close();
     },
   };
+}
+
+/** /rlconfig's text, after a line saying how checks reach Redis (see store/functions.ts). */
+async function withCodePath(dump: Promise<Buffer>, path: CodePath | undefined): Promise<Buffer> {
+  if (path === undefined) return dump;
+  return Buffer.concat([Buffer.from(`# redis calls: ${describePath(path)}\n`), await dump]);
+}
+
+/** The start-up report, with how checks reach Redis. */
+function withRedisCalls(
+  report: Record<string, unknown>,
+  opened: { codePath(): CodePath | undefined },
+): Record<string, unknown> {
+  const path = opened.codePath();
+  return path ? { ...report, redisCalls: describePath(path) } : report;
 }
 
 /** The decision's modes, as the settings choose them (see decision/policy.ts). */

@@ -1,4 +1,5 @@
 import { fileURLToPath } from 'node:url';
+import type { FunctionsSetting } from '../store/functions.js';
 import { join } from 'node:path';
 import {
   boolean,
@@ -47,6 +48,8 @@ export interface Settings {
   redisBatchLimit: number;
   /** How long a check may wait for others to share its script call; 0: the loop's turn only. */
   redisBatchWindowMs: number;
+  /** Whether decision calls go as Redis functions (FCALL) or scripts (EVALSHA). */
+  redisFunctions: FunctionsSetting;
   /** CLOCK=local: how far the clocks of the instances and of Redis may disagree, in ms. */
   clockSkewToleranceMs: number;
   defaultAlgorithm: Algorithm;
@@ -195,6 +198,7 @@ export const SETTING_NAMES = [
   'REDIS_AUTH',
   'REDIS_BATCH_LIMIT',
   'REDIS_BATCH_WINDOW',
+  'REDIS_FUNCTIONS',
   'REDIS_SOCKET_TYPE',
   'REDIS_TIMEOUT',
   'REDIS_TLS',
@@ -392,6 +396,7 @@ function readStore(
   | 'clockSkewToleranceMs'
   | 'redisBatchLimit'
   | 'redisBatchWindowMs'
+  | 'redisFunctions'
   | 'cacheKeyPrefix'
 > {
   const store = {
@@ -401,6 +406,7 @@ function readStore(
     clockSkewToleranceMs: duration(env, 'CLOCK_SKEW_TOLERANCE', '5s', 0),
     redisBatchLimit: integer(env, 'REDIS_BATCH_LIMIT', 16, 1, 1_000),
     redisBatchWindowMs: duration(env, 'REDIS_BATCH_WINDOW', '0s', 0),
+    redisFunctions: oneOf(env, 'REDIS_FUNCTIONS', ['auto', 'on', 'off'] as const, 'auto'),
     cacheKeyPrefix: text(env, 'CACHE_KEY_PREFIX', ''),
   };
   if (/[{}]/.test(store.cacheKeyPrefix)) {

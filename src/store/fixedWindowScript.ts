@@ -1,17 +1,16 @@
-import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import type { BatchedDecide, DecideTime, ScriptArgs } from './scriptCall.js';
 import type { CounterCheck } from './Store.js';
+import { decisionCode } from './library.js';
 
 /**
- * The script for requests whose every counter is a plain fixed window (see
+ * The entry point for requests whose every counter is a plain fixed window (see
  * lua/plain_fixed_window.lua): it decides them as the decision script does, at about half its
- * cost to Redis. A script of its own, with its own SHA, loaded beside the decision script;
- * `decideCall` and `batchCall` in script.ts choose between the two, once per call.
+ * cost to Redis. A function of the library beside the decision function (or, where functions are
+ * refused, a script of its own with its own SHA); `decideCall` and `batchCall` in script.ts choose
+ * between the two, once per call. This is its script form, as EVAL runs it.
  */
 export function loadFixedWindowScript(): string {
-  const url = new URL('../../lua/plain_fixed_window.lua', import.meta.url);
-  return readFileSync(fileURLToPath(url), 'utf8');
+  return decisionCode().scripts.fixedWindow;
 }
 
 /**

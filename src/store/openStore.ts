@@ -3,6 +3,7 @@ import type { LocalCacheStats } from './overLimitCache.js';
 import { withLocalCache, withOverLimitCache } from './cachedStore.js';
 import { createMemoryStore } from './memoryStore.js';
 import { createRedisStore, type RedisAccess } from './redisStore.js';
+import type { CodePath, FunctionsSetting } from './functions.js';
 import type { RedisSettings } from './redisSettings.js';
 import type { Store } from './Store.js';
 
@@ -21,6 +22,8 @@ export interface OpenedStore {
    * cannot work (its database cannot be selected), so that start-up stops. Memory: resolves.
    */
   firstConnection: () => Promise<void>;
+  /** How decision calls go to Redis (functions or scripts); undefined in memory. */
+  codePath: () => CodePath | undefined;
 }
 
 /** The settings the store reads. */
@@ -31,6 +34,7 @@ export interface StoreSettings {
   clockSkewToleranceMs: number;
   redisBatchLimit: number;
   redisBatchWindowMs: number;
+  redisFunctions: FunctionsSetting;
   cacheKeyPrefix: string;
   overLimitCacheSize: number;
   compatMode: 'off' | 'reference';
@@ -59,11 +63,15 @@ export function openStore(settings: StoreSettings, options: OpenStoreOptions): O
             'redis answered nothing while calls waited; reconnecting to release them',
           ),
         onWarning: (message) => logger.warn(message),
+        functions: settings.redisFunctions,
+        onPath: (path) => logPath(logger, path, settings.redisFunctions),
       })
     : undefined;
   const backend: Store = redisStore ?? createMemoryStore({ clock });
   const redis = redisStore?.access;
   const firstConnection = async () => redisStore?.firstConnection();
+  const codePath = () => redisStore?.codePath();
+  const opened = { redis, firstConnection, codePath };
   const size = settings.overLimitCacheSize;
   const cacheOptions = {
     size,
@@ -74,13 +82,30 @@ export function openStore(settings: StoreSettings, options: OpenStoreOptions): O
   if (size > 0 && settings.compatMode === 'reference') {
     // Reference counting never refunds, so this cache stays on a cluster, as the reference's does.
     const store = withLocalCache(backend, cacheOptions);
-    return { store, localCacheStats: () => store.localCacheStats(), redis, firstConnection };
+    return { store, localCacheStats: () => store.localCacheStats(), ...opened };
   }
   // The exact cache is off on a cluster: a denial that spans slots refunds what it took, so a
   // count may fall early.
   if (size > 0 && settings.redis?.type !== 'cluster') {
     const store = withOverLimitCache(backend, cacheOptions);
-    return { store, localCacheStats: undefined, redis, firstConnection };
+    return { store, localCacheStats: undefined, ...opened };
   }
-  return { store: backend, localCacheStats: undefined, redis, firstConnection };
+  return { store: backend, localCacheStats: undefined, ...opened };
+}
+
+/** The calls' path, once chosen: a warning when Redis refused functions that were not turned off. */
+function logPath(logger: Logger, path: CodePath, setting: FunctionsSetting): void {
+  if (path.kind === 'functions') {
+    logger.info(
+      { library: path.detail },
+      'redis: checks are decided by FCALL of the function library',
+    );
+  } else if (setting === 'on') {
+    logger.error(
+      { reason: path.detail },
+      'redis: refused functions; checks are decided by EVALSHA',
+    );
+  } else {
+    logger.warn({ reason: path.detail }, 'redis: checks are decided by EVALSHA, not functions');
+  }
 }

@@ -14,33 +14,35 @@ import { probeKey } from './keys.js';
 import {
   batchCall,
   decideCall,
-  loadDecisionScript,
   probeArgs,
   readBatch,
   readDecision,
-  scriptSha,
-  type ScriptArgs,
   type ScriptCall,
-  type ScriptName,
 } from './script.js';
-import { loadFixedWindowScript } from './fixedWindowScript.js';
+import {
+  createDecisionCalls,
+  type CodePath,
+  type DecisionCalls,
+  type FunctionsSetting,
+} from './functions.js';
 import { keySlot } from './slots.js';
 import { watchConnection, type ConnectionWatch } from './connectionWatch.js';
 import { routeAuthWarnings } from './authWarnings.js';
 
 /**
- * The Redis store: each request decided in one EVALSHA of the decision script (see
- * lua/dispatch.lua), or of the cheaper plain fixed-window script when every counter of it is a
- * plain fixed window (see lua/plain_fixed_window.lua), which requests arriving together share (see
- * batcher.ts), on a single Redis, on the master that Sentinel names, or on Redis Cluster (see
- * clusterStore.ts).
+ * The Redis store: each request decided in one call of the decision code (see lua/dispatch.lua),
+ * or of the cheaper plain fixed-window code when every counter of it is a plain fixed window (see
+ * lua/plain_fixed_window.lua), which requests arriving together share (see batcher.ts), on a
+ * single Redis, on the master that Sentinel names, or on Redis Cluster (see clusterStore.ts). A
+ * call is an FCALL of tollgate's function library, or an EVALSHA where Redis refuses functions
+ * (see functions.ts).
  *
  * ioredis's defaults suit a cache, not a limiter in a request's critical path: it would queue
  * commands while disconnected and retry them, so a call could outlive Envoy's 20 ms deadline. Here
  * nothing is queued or retried, every call is bounded by REDIS_TIMEOUT, and FAILURE_MODE decides
- * what a failure answers. ioredis's script support sends EVALSHA and falls back to EVAL on
- * NOSCRIPT by itself, per connection, so a restart, a failover or SCRIPT FLUSH costs no failed
- * request.
+ * what a failure answers. A restart, a failover, SCRIPT FLUSH or FUNCTION FLUSH costs no failed
+ * request: ioredis sends EVAL after a NOSCRIPT by itself, and a call that finds the library
+ * missing loads it again (see functions.ts).
  */
 export interface RedisStoreOptions {
   onError?: (error: StoreError) => void;
@@ -63,9 +65,11 @@ export interface RedisStoreOptions {
   onSilentConnection?: (silentMs: number, waiting: number) => void;
   /** What ioredis would print to the console itself (see authWarnings.ts), as one line each. */
   onWarning?: (message: string) => void;
+  /** REDIS_FUNCTIONS: whether calls go as functions (see functions.ts). 'auto' by default. */
+  functions?: FunctionsSetting;
+  /** Told once calls' path is chosen, at the first connection that answers. */
+  onPath?: (path: CodePath) => void;
 }
-
-type DecideCommand = (...args: ScriptArgs) => Promise<unknown>;
 
 /**
  * A call bounded by REDIS_TIMEOUT (and, on a single connection, watched for silence, and not sent
@@ -86,6 +90,8 @@ export interface RedisAccess {
 
 export type RedisStore = Store & {
   readonly access: RedisAccess;
+  /** How decision calls go now: functions or scripts (see functions.ts). */
+  codePath(): CodePath;
   /**
    * Waits for the first connection, briefly, and rejects with a SettingsError when REDIS_URL
    * cannot work on it: its database cannot be selected. Any other outcome resolves.
@@ -112,15 +118,25 @@ export function createRedisStore(
           throw classify(error);
         }),
     };
-    // Only database 0 exists on a cluster: nothing to select.
-    return { ...store, access, firstConnection: async () => undefined };
+    return {
+      ...store,
+      access,
+      codePath: () => backend.calls.path(),
+      // Only database 0 exists on a cluster: nothing to select; the calls' path is chosen.
+      firstConnection: () => backend.choosePath(1_000 + connectTimeout(settings)),
+    };
   }
   const { redis, watch } = connectRedis(settings, options);
   const { explain, answered } = watchConnectionErrors(redis, watch, options.onError);
-  const lua = loadDecisionScript();
-  const sha = scriptSha(lua);
-  const scripts = defineScripts(redis, lua);
+  const calls = createDecisionCalls(
+    { client: redis, primaries: () => [redis] },
+    options.functions ?? 'auto',
+    options.onPath,
+  );
   const bounded = boundCalls(redis, watch, settings.timeoutMs, answered, options);
+  const choosePath = () => calls.choose(bounded);
+  // A connection that answers chooses the path, if none did before (see functions.ts).
+  redis.on('ready', () => void choosePath().catch(() => undefined));
 
   const access: RedisAccess = {
     connection: redis,
@@ -132,7 +148,8 @@ export function createRedisStore(
 
   return {
     access,
-    decide: batchedDecide(scripts, bounded, explain, options),
+    codePath: () => calls.path(),
+    decide: batchedDecide(calls, bounded, explain, options),
 
     reset: (keys: readonly string[]) =>
       countKeys(keys, (all) => redis.del(...all), bounded, explain),
@@ -140,7 +157,11 @@ export function createRedisStore(
     exists: (keys: readonly string[]) =>
       countKeys(keys, (all) => redis.exists(...all), bounded, explain),
 
-    firstConnection: () => watch.firstConnection(2 * connectTimeout(settings) + 500),
+    async firstConnection() {
+      await watch.firstConnection(2 * connectTimeout(settings) + 500);
+      // REDIS_FUNCTIONS=on stops start-up here when Redis refuses functions.
+      if (redis.status === 'ready') await choosePath();
+    },
 
     async ping() {
       try {
@@ -155,7 +176,7 @@ export function createRedisStore(
       try {
         if (redis.status === 'connecting' || redis.status === 'connect') await ready(redis, 1_000);
         const args = probeArgs(probeKey(options.keyPrefix ?? ''), nowMs);
-        await runProbe(redis, lua, sha, args, bounded);
+        for (const reply of await calls.probe(args, bounded)) readDecision(reply, 1);
       } catch (error) {
         throw explain(error);
       }
@@ -279,13 +300,13 @@ function boundCalls(
 
 /** The per-call path: a request's checks go as one script call, alone or batched with others. */
 function batchedDecide(
-  scripts: Record<ScriptName, DecideCommand>,
+  calls: DecisionCalls,
   bounded: Bounded,
   explain: Explain,
   options: RedisStoreOptions,
 ): Store['decide'] {
   const skewToleranceMs = options.clockSkewToleranceMs ?? 0;
-  const decide = (call: ScriptCall) => bounded(() => scripts[call.script](...call.args));
+  const decide = (call: ScriptCall) => bounded(() => calls.run(call.script, call.args));
   return createBatcher({
     limit: options.batchLimit ?? 1,
     windowMs: options.batchWindowMs ?? 0,
@@ -325,40 +346,6 @@ async function countKeys(
   } catch (error) {
     throw explain(error);
   }
-}
-
-/**
- * The two scripts as ioredis commands, each sent as EVALSHA of its own SHA, falling back to EVAL
- * on NOSCRIPT by itself.
- */
-function defineScripts(node: Redis | Cluster, lua: string): Record<ScriptName, DecideCommand> {
-  node.defineCommand('tollgateDecide', { lua });
-  node.defineCommand('tollgateFixedWindow', { lua: loadFixedWindowScript() });
-  const commands = node as unknown as Record<
-    'tollgateDecide' | 'tollgateFixedWindow',
-    DecideCommand
-  >;
-  return {
-    decision: commands.tollgateDecide.bind(node),
-    fixedWindow: commands.tollgateFixedWindow.bind(node),
-  };
-}
-
-/**
- * The probe's script call, sent both ways a check may need: EVAL, which also loads the script,
- * as after a NOSCRIPT; then EVALSHA, as every check goes. A Redis user may be granted one and not
- * the other. Each is bounded as a check's call is.
- */
-async function runProbe(
-  node: Redis | Cluster,
-  lua: string,
-  sha: string,
-  args: ScriptArgs,
-  bounded: Bounded,
-): Promise<void> {
-  const [numKeys, ...rest] = args as [number, ...(string | number)[]];
-  readDecision(await bounded(() => node.eval(lua, numKeys, ...rest)), 1);
-  readDecision(await bounded(() => node.evalsha(sha, numKeys, ...rest)), 1);
 }
 
 /** ioredis's refusal of a call it could not send: there was no connection to send it on. */
@@ -413,7 +400,12 @@ function sentinelOptions(settings: RedisSettings): RedisOptions {
 function clusterBackend(
   settings: RedisSettings,
   options: RedisStoreOptions,
-): SlotBackend & { cluster: Cluster } {
+): SlotBackend & {
+  cluster: Cluster;
+  calls: DecisionCalls;
+  /** Waits up to `timeoutMs` for the slot map, then chooses the calls' path (see functions.ts). */
+  choosePath(timeoutMs: number): Promise<void>;
+} {
   const retryDelay = Math.max(1, Math.min(100, Math.floor(settings.timeoutMs / 5)));
   const cluster = new Cluster(settings.nodes ?? [{ host: settings.host, port: settings.port }], {
     redisOptions: {
@@ -456,12 +448,22 @@ function clusterBackend(
       return sent;
     };
   });
-  const lua = loadDecisionScript();
-  const sha = scriptSha(lua);
-  const scripts = defineScripts(cluster, lua);
+  const calls = createDecisionCalls(
+    { client: cluster, primaries: () => cluster.nodes('master') },
+    options.functions ?? 'auto',
+    options.onPath,
+  );
+  const bounded: Bounded = (send) => withDeadline(send(), settings.timeoutMs);
+  // A cluster that comes up after start-up chooses the path then (see functions.ts).
+  cluster.on('ready', () => void calls.choose(bounded).catch(() => undefined));
   return {
     cluster,
-    run: (call) => scripts[call.script](...call.args),
+    calls,
+    async choosePath(timeoutMs) {
+      if (cluster.status !== 'ready') await ready(cluster, timeoutMs);
+      if (cluster.status === 'ready') await calls.choose(bounded);
+    },
+    run: (call) => calls.run(call.script, call.args),
     del: (keys) => withDeadline(cluster.del(...keys), settings.timeoutMs),
     exists: (keys) => withDeadline(cluster.exists(...keys), settings.timeoutMs),
     async ping() {
@@ -476,11 +478,11 @@ function clusterBackend(
       const keys = probeKeysPerMaster(cluster, options.keyPrefix ?? '');
       if (keys.length === 0) throw new Error('CLUSTERDOWN no master known yet');
       await Promise.all(
-        keys.map((key) =>
-          runProbe(cluster, lua, sha, probeArgs(key, nowMs), (send) =>
-            withDeadline(send(), settings.timeoutMs),
-          ),
-        ),
+        keys.map(async (key) => {
+          for (const reply of await calls.probe(probeArgs(key, nowMs), bounded)) {
+            readDecision(reply, 1);
+          }
+        }),
       );
     },
 

@@ -1,8 +1,5 @@
 // The decision script of lua/, joined into one, and its calls: the arguments a decision, a batch
 // or a refund sends, and the reading of their replies.
-import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import type { CounterCheck, CounterResult, StoreDecision } from './Store.js';
 import type { BatchedDecide, DecideTime, ScriptArgs } from './scriptCall.js';
 import {
@@ -11,27 +8,15 @@ import {
   fixedWindowCounting,
   type FixedWindowCounting,
 } from './fixedWindowScript.js';
+import { decisionCode, scriptSha, type ScriptName } from './library.js';
 
 export type { BatchedDecide, DecideTime, ScriptArgs };
 
-/** The order matters: helpers, then the algorithms that register themselves, then the dispatcher. */
-const PARTS = [
-  'lib.lua',
-  'fixed_window.lua',
-  'sliding_window.lua',
-  'token_bucket.lua',
-  'dispatch.lua',
-];
+export { scriptSha, type ScriptName };
 
-/** Joins `lua/` into the one decision script, so every request is one EVALSHA of one SHA. */
+/** The decision script, as EVAL runs it (see library.ts). */
 export function loadDecisionScript(): string {
-  const dir = new URL('../../lua/', import.meta.url);
-  return PARTS.map((name) => readFileSync(fileURLToPath(new URL(name, dir)), 'utf8')).join('\n');
-}
-
-/** The script's SHA-1, as EVALSHA names it. */
-export function scriptSha(lua: string): string {
-  return createHash('sha1').update(lua).digest('hex');
+  return decisionCode().scripts.decision;
 }
 
 /**
@@ -124,9 +109,6 @@ export interface CallDecision extends StoreDecision {
   /** The moment the call decided at, in ms; a refund names it. */
   atMs: number;
 }
-
-/** Which script a call runs: the decision script, or the plain fixed-window one. */
-export type ScriptName = 'decision' | 'fixedWindow';
 
 /** One script call: the script, and its arguments (numkeys, KEYS, then ARGV). */
 export interface ScriptCall {

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createMemoryStore } from '../../src/store/memoryStore.js';
-import { createRedisStore } from '../../src/store/redisStore.js';
+import { decisionCode } from '../../src/store/library.js';
 import {
   decideArgs,
   decideCall,
@@ -11,7 +11,13 @@ import {
 } from '../../src/store/script.js';
 import { loadFixedWindowScript } from '../../src/store/fixedWindowScript.js';
 import type { CounterCheck, Store, StoreDecision } from '../../src/store/Store.js';
-import { startRedis, storeSettings, type TestRedis } from '../support/redis.js';
+import {
+  CALL_PATHS,
+  openPathStore,
+  startRedis,
+  type CallPath,
+  type TestRedis,
+} from '../support/redis.js';
 
 // Requests whose every counter is a plain fixed window go to lua/plain_fixed_window.lua, the
 // others to the decision script. Both scripts keep a counter in the same hash, so a counter that
@@ -26,14 +32,9 @@ const fixedWindow = loadFixedWindowScript();
 
 beforeAll(async () => {
   redis = await startRedis();
-  store = createRedisStore(storeSettings(redis));
-  await store.ping();
-  batchingStore = createRedisStore(storeSettings(redis), { batchLimit: 7 });
 });
 
 afterAll(async () => {
-  await store?.close();
-  await batchingStore?.close();
   await redis?.stop();
 });
 
@@ -85,15 +86,72 @@ async function run(
   return readDecision(reply, checks.length);
 }
 
-describe('the plain fixed-window script', () => {
+/**
+ * The entry points that the calls of `act` ran, read from the slow log (which, at a threshold of
+ * 0, logs every command with its first arguments).
+ */
+async function entriesRun(act: () => Promise<unknown>): Promise<string[]> {
+  const { library } = decisionCode();
+  const names = new Map<string, string>([
+    [scriptSha(fixedWindow), 'fixedWindow'],
+    [scriptSha(decision), 'decision'],
+    [library.functions.fixedWindow, 'fixedWindow'],
+    [library.functions.decision, 'decision'],
+  ]);
+  await redis.client.config('SET', 'slowlog-log-slower-than', '0');
+  await redis.client.slowlog('RESET');
+  await act();
+  const log = (await redis.client.slowlog('GET', 1_000)) as [number, number, number, string[]][];
+  await redis.client.config('SET', 'slowlog-log-slower-than', '10000');
+  return log
+    .map((entry) => entry[3])
+    .filter(([command]) => /^(evalsha|eval|fcall)$/i.test(command ?? ''))
+    .map(([command, name = '']) => {
+      // EVAL's first argument is the script itself, cut short in the log: named by its first file.
+      const entry = names.get(name) ?? (name.includes('plain_fixed_window') ? 'fixedWindow' : '?');
+      return `${command!.toLowerCase()} ${name.includes('lib.lua') ? 'decision' : entry}`;
+    })
+    .reverse();
+}
+
+describe.each(CALL_PATHS)('the plain fixed-window script, calls as %s', (path: CallPath) => {
+  beforeAll(async () => {
+    store = await openPathStore(redis, path);
+    batchingStore = await openPathStore(redis, path, { batchLimit: 7 });
+  });
+
+  afterAll(async () => {
+    await store?.close();
+    await batchingStore?.close();
+  });
+
   it('runs the requests whose counters are all plain fixed windows, and only those', async () => {
-    const [fixedSha, decisionSha] = [scriptSha(fixedWindow), scriptSha(decision)];
+    const via = path === 'functions' ? 'fcall' : 'evalsha';
+    // After a SCRIPT FLUSH or FUNCTION FLUSH, as after a restart: the first call loads its code
+    // by itself, and fails nothing.
     await redis.client.script('FLUSH');
-    // After a SCRIPT FLUSH, as after a restart: the first call loads its script by itself.
-    await store.decide([fixed('only:{a}:1', 5, 1), fixed('only:{a}:2', 5, 1)], undefined);
-    expect(await redis.client.script('EXISTS', fixedSha, decisionSha)).toEqual([1, 0]);
-    await store.decide([{ ...fixed('only:{a}:3', 5, 1), shadow: true }], undefined);
-    expect(await redis.client.script('EXISTS', fixedSha, decisionSha)).toEqual([1, 1]);
+    await redis.client.call('FUNCTION', 'FLUSH');
+    expect(
+      await entriesRun(() =>
+        store.decide([fixed('only:{a}:1', 5, 1), fixed('only:{a}:2', 5, 1)], undefined),
+      ),
+    ).toEqual(
+      path === 'functions'
+        ? ['fcall fixedWindow', 'fcall fixedWindow']
+        : // The EVALSHA that found no script is not logged; the EVAL after it loads it.
+          ['eval fixedWindow'],
+    );
+    expect(
+      await entriesRun(() =>
+        store.decide([{ ...fixed('only:{a}:3', 5, 1), shadow: true }], undefined),
+      ),
+    ).toEqual([path === 'functions' ? 'fcall decision' : 'eval decision']);
+    expect(await entriesRun(() => store.decide([fixed('only:{a}:4', 5, 1)], undefined))).toEqual([
+      `${via} fixedWindow`,
+    ]);
+    // Scripts are not loaded where functions are called.
+    const loaded = await redis.client.script('EXISTS', scriptSha(fixedWindow), scriptSha(decision));
+    expect(loaded).toEqual(path === 'functions' ? [0, 0] : [1, 1]);
   });
 
   it('continues a counter that the decision script wrote, and the decision script continues it', async () => {
@@ -207,6 +265,7 @@ describe('the plain fixed-window script', () => {
 
   it('names the command that a Redis user may not run, as the decision script does', async () => {
     const commands = ['+evalsha', '+eval', '+hmget', '+hset', '+time', '+ping'];
+    if (path === 'functions') commands.push('+fcall', '+function|load');
     await redis.client.call(
       'ACL',
       'SETUSER',
@@ -217,11 +276,13 @@ describe('the plain fixed-window script', () => {
       '~*',
       ...commands,
     );
-    const limited = createRedisStore(
-      storeSettings(redis, { username: 'nopexpire', password: 'secret' }),
+    const limited = await openPathStore(
+      redis,
+      path,
+      {},
+      { username: 'nopexpire', password: 'secret' },
     );
     try {
-      await limited.ping();
       // A new counter's first write sets its TTL, which this user may not.
       await expect(limited.decide([fixed('acl:{z}:1', 5, 1)], undefined)).rejects.toMatchObject({
         kind: 'permission',

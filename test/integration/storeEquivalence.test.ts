@@ -2,33 +2,20 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Algorithm } from '../../src/rules/types.js';
 import { createMemoryStore } from '../../src/store/memoryStore.js';
-import { createRedisStore } from '../../src/store/redisStore.js';
 import type { CounterCheck, Store } from '../../src/store/Store.js';
-import { startRedis, storeSettings, type TestRedis } from '../support/redis.js';
+import { CALL_PATHS, openPathStore, startRedis, type TestRedis } from '../support/redis.js';
 
 // Random request traces on one injected clock, through the in-memory store and through Redis:
 // every decision must be identical, since the TypeScript algorithms mirror the Lua ones, with
 // every mix of shadow, quota, overdraw and reference-counted counters.
 
 let redis: TestRedis;
-let store: Store;
-let batchingStore: Store;
 
 beforeAll(async () => {
   redis = await startRedis();
-  // The traces run on an injected clock, but Redis expires keys by its own: a TTL of a few ms
-  // (a token bucket nearly full) could end between two steps that the trace puts at the same
-  // instant. Kept a while longer, a counter is still there; an expired one decides as a kept
-  // one would, so the slack changes no decision.
-  const options = { clockSkewToleranceMs: 600_000 };
-  store = createRedisStore(storeSettings(redis), options);
-  await store.ping();
-  batchingStore = createRedisStore(storeSettings(redis), { ...options, batchLimit: 7 });
 });
 
 afterAll(async () => {
-  await store?.close();
-  await batchingStore?.close();
   await redis?.stop();
 });
 
@@ -57,7 +44,25 @@ const step = fc.record({
   twice: fc.option(fc.integer({ min: 0, max: 3 }), { freq: 3 }),
 });
 
-describe('the in-memory store and Redis', () => {
+describe.each(CALL_PATHS)('the in-memory store and Redis, calls as %s', (path) => {
+  let store: Store;
+  let batchingStore: Store;
+
+  beforeAll(async () => {
+    // The traces run on an injected clock, but Redis expires keys by its own: a TTL of a few ms
+    // (a token bucket nearly full) could end between two steps that the trace puts at the same
+    // instant. Kept a while longer, a counter is still there; an expired one decides as a kept
+    // one would, so the slack changes no decision.
+    const options = { clockSkewToleranceMs: 600_000 };
+    store = await openPathStore(redis, path, options);
+    batchingStore = await openPathStore(redis, path, { ...options, batchLimit: 7 });
+  });
+
+  afterAll(async () => {
+    await store?.close();
+    await batchingStore?.close();
+  });
+
   it('give identical decisions on random traces, one by one and in batches', async () => {
     let run = 0;
     await fc.assert(
@@ -81,7 +86,7 @@ describe('the in-memory store and Redis', () => {
                     ? spec.limit + spec.extraBurst
                     : spec.limit;
                 return {
-                  key: `eq:{${run}}:${i}`,
+                  key: `eq:{${path}${run}}:${i}`,
                   algorithm: spec.algorithm,
                   windowMs: spec.windowMs,
                   limit: spec.limit,
@@ -110,7 +115,7 @@ describe('the in-memory store and Redis', () => {
             const inRedis = [];
             for (const { checks, nowMs } of trace) inRedis.push(await store.decide(checks, nowMs));
             expect(inRedis).toEqual(inMemory);
-            const written = await redis.client.keys(`eq:{${run}}:*`);
+            const written = await redis.client.keys(`eq:{${path}${run}}:*`);
             if (written.length > 0) await redis.client.del(...written);
             const batched = await Promise.all(
               trace.map(({ checks, nowMs }) => batchingStore.decide(checks, nowMs)),

@@ -4,6 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import type { RedisSettings } from '../../src/process/settings.js';
+import { createRedisStore, type RedisStoreOptions } from '../../src/store/redisStore.js';
+import type { Store } from '../../src/store/Store.js';
 import { freePort } from './ports.js';
 
 /**
@@ -63,6 +65,33 @@ export function storeSettings(
     timeoutMs: 2_000,
     ...overrides,
   };
+}
+
+/**
+ * The two ways decision calls reach Redis: FCALL of the function library, and EVALSHA of the
+ * scripts where functions are refused (see src/store/functions.ts). Suites that decide run on both.
+ */
+export const CALL_PATHS = ['functions', 'scripts'] as const;
+export type CallPath = (typeof CALL_PATHS)[number];
+
+/**
+ * A Redis store whose calls go by `path` from the first check on (REDIS_FUNCTIONS=on or off),
+ * once its first connection chose it.
+ */
+export async function openPathStore(
+  redis: TestRedis,
+  path: CallPath,
+  options: RedisStoreOptions = {},
+  overrides: Partial<RedisSettings> = {},
+): Promise<Store> {
+  const store = createRedisStore(storeSettings(redis, overrides), {
+    ...options,
+    functions: path === 'functions' ? 'on' : 'off',
+  });
+  await store.firstConnection();
+  const chosen = store.codePath().kind;
+  if (chosen !== path) throw new Error(`the store's calls go as ${chosen}, not ${path}`);
+  return store;
 }
 
 function hasRedisServer(): boolean {

@@ -1,0 +1,218 @@
+import type { Cluster, Redis } from 'ioredis';
+import { SettingsError } from '../core/errors.js';
+import { decisionCode, scriptSha, type ScriptName } from './library.js';
+import type { ScriptArgs } from './scriptCall.js';
+
+/**
+ * How decision calls reach Redis: as functions of tollgate's library (FUNCTION LOAD once, then
+ * FCALL), or, where Redis refuses functions, as scripts (EVALSHA, and EVAL after a NOSCRIPT).
+ * Both run the same code on the same counters (see library.ts), so the path changes nothing that
+ * a check observes, only what each call costs Redis: a script's whole chunk, every helper
+ * defined, runs again on every call, and a function's only once, at load.
+ *
+ * REDIS_FUNCTIONS chooses: `auto` (the default) calls functions where Redis allows them, `on`
+ * refuses to start where it does not, `off` always sends scripts. The choice is made once, on the
+ * first connection that answers, by loading the library and calling the health probe through it.
+ * A Redis without FUNCTION (before 7.0), or a user without +function|load or +fcall, makes `auto`
+ * send scripts, and the reason is logged and named on /rlconfig; any other failure (Redis down)
+ * leaves the choice for the next connection, and calls go as scripts meanwhile.
+ *
+ * A library that goes missing (a restart without persistence, FUNCTION FLUSH, a failover to a
+ * replica that never had it) is loaded again by the call that finds it missing, which then runs
+ * once more, within the same REDIS_TIMEOUT: nothing ran on the first try, so nothing is counted
+ * twice. On a replica, FUNCTION LOAD answers READONLY, as the call itself would.
+ */
+export type FunctionsSetting = 'auto' | 'on' | 'off';
+
+/** How calls go now, for the start-up log and /rlconfig. */
+export interface CodePath {
+  /** 'undecided' until a connection answered the choice; calls go as scripts meanwhile. */
+  kind: 'functions' | 'scripts' | 'undecided';
+  /** functions: the library's name; scripts: why. */
+  detail: string;
+}
+
+export interface DecisionCalls {
+  /** One call of an entry point: numkeys, KEYS, then ARGV. */
+  run(script: ScriptName, args: ScriptArgs): Promise<unknown>;
+  /**
+   * The health probe's call, on the path calls take: on functions, one FCALL (which loads the
+   * library if it is missing); on scripts, EVAL and then EVALSHA, since a user may be granted one
+   * and not the other. `send` bounds each.
+   */
+  probe(args: ScriptArgs, send: Bounded): Promise<unknown[]>;
+  /**
+   * Chooses the path, unless chosen already, and tells `onPath`. Rejects with a SettingsError when
+   * REDIS_FUNCTIONS=on and Redis refuses functions (calls then go as scripts, and say why);
+   * resolves when Redis fails otherwise, leaving the choice to the next connection.
+   */
+  choose(send: Bounded): Promise<void>;
+  path(): CodePath;
+}
+
+type Bounded = <T>(send: () => Promise<T>) => Promise<T>;
+
+/** Where calls go: one connection, or a cluster that routes each call by its keys. */
+export interface CallTarget {
+  client: Redis | Cluster;
+  /** Every node a library must be loaded on: the connection, or each primary of a cluster. */
+  primaries(): Redis[];
+}
+
+export function createDecisionCalls(
+  target: CallTarget,
+  setting: FunctionsSetting,
+  onPath?: (path: CodePath) => void,
+): DecisionCalls {
+  const { scripts, library } = decisionCode();
+  const client = target.client;
+  client.defineCommand('tollgateDecide', { lua: scripts.decision });
+  client.defineCommand('tollgateFixedWindow', { lua: scripts.fixedWindow });
+  const commands = client as unknown as Record<
+    'tollgateDecide' | 'tollgateFixedWindow',
+    (...args: ScriptArgs) => Promise<unknown>
+  >;
+  const viaScript: Record<ScriptName, (...args: ScriptArgs) => Promise<unknown>> = {
+    decision: commands.tollgateDecide.bind(client),
+    fixedWindow: commands.tollgateFixedWindow.bind(client),
+  };
+  let path: CodePath =
+    setting === 'off'
+      ? { kind: 'scripts', detail: 'REDIS_FUNCTIONS=off' }
+      : { kind: 'undecided', detail: 'no connection has answered yet' };
+
+  const load = singleFlight(() => loadLibrary(target.primaries(), library.code));
+  // Two connections' choices at once (start-up, and a 'ready') share one.
+  let choosing: Promise<void> | undefined;
+  const chooseNow = async (send: Bounded): Promise<void> => {
+    const chosen = await tryFunctions(send, load, () =>
+      client.call('FCALL', library.functions.decision, 0, 'refund', 0),
+    );
+    if (chosen === undefined) return;
+    path = chosen.kind === 'functions' ? { kind: 'functions', detail: library.name } : chosen;
+    if (path.kind === 'scripts' && setting === 'on') {
+      path = { kind: 'scripts', detail: `REDIS_FUNCTIONS=on, but ${path.detail}` };
+      onPath?.(path);
+      throw new SettingsError(path.detail);
+    }
+    onPath?.(path);
+  };
+  const viaFunction = async (script: ScriptName, args: ScriptArgs): Promise<unknown> => {
+    const call = () => client.call('FCALL', library.functions[script], ...args);
+    try {
+      return await call();
+    } catch (error) {
+      if (!isMissing(error)) throw error;
+      await load();
+      return call();
+    }
+  };
+
+  return {
+    run: (script, args) =>
+      path.kind === 'functions' ? viaFunction(script, args) : viaScript[script](...args),
+
+    async probe(args, send) {
+      if (path.kind === 'functions') return [await send(() => viaFunction('decision', args))];
+      const [numKeys, ...rest] = args as [number, ...(string | number)[]];
+      const lua = scripts.decision;
+      return [
+        await send(() => client.eval(lua, numKeys, ...rest)),
+        await send(() => client.evalsha(scriptSha(lua), numKeys, ...rest)),
+      ];
+    },
+
+    choose(send) {
+      if (path.kind === 'undecided') {
+        choosing ??= chooseNow(send).finally(() => (choosing = undefined));
+        return choosing;
+      }
+      // REDIS_FUNCTIONS=on refused: every later start-up check hears it too.
+      if (setting === 'on' && path.kind === 'scripts') {
+        return Promise.reject(new SettingsError(path.detail));
+      }
+      return Promise.resolve();
+    },
+
+    path: () => path,
+  };
+}
+
+/**
+ * Loads the library and makes one call through it that touches no key (a refund of nothing).
+ * Resolves with the path they allow, or undefined when Redis failed otherwise (down, loading):
+ * that decides nothing.
+ */
+async function tryFunctions(
+  send: Bounded,
+  load: () => Promise<void>,
+  call: () => Promise<unknown>,
+): Promise<CodePath | undefined> {
+  try {
+    await send(load);
+  } catch (error) {
+    return refusal(error, 'function|load');
+  }
+  try {
+    await send(call);
+  } catch (error) {
+    return refusal(error, 'fcall');
+  }
+  return { kind: 'functions', detail: '' };
+}
+
+/** Why Redis refused functions, or undefined when the failure says nothing about them. */
+function refusal(error: unknown, command: string): CodePath | undefined {
+  const message = error instanceof Error ? error.message : String(error);
+  if (/^NOPERM/.test(message) || /can't run this command/.test(message)) {
+    return {
+      kind: 'scripts',
+      detail: `the Redis user may not run '${command}': grant +fcall +function|load to call functions`,
+    };
+  }
+  if (/unknown command|unknown subcommand/i.test(message)) {
+    return {
+      kind: 'scripts',
+      detail: `this Redis has no functions (${firstLine(message)}): Redis 7 or Valkey 7.2 has`,
+    };
+  }
+  return undefined;
+}
+
+/** FUNCTION LOAD on each node; a library of that name there already is this very code. */
+async function loadLibrary(nodes: readonly Redis[], code: string): Promise<void> {
+  if (nodes.length === 0) throw new Error('CLUSTERDOWN no primary known yet');
+  await Promise.all(
+    nodes.map(async (node) => {
+      try {
+        await node.call('FUNCTION', 'LOAD', code);
+      } catch (error) {
+        if (!/already exists/.test((error as Error).message)) throw error;
+      }
+    }),
+  );
+}
+
+/** Calls that find the library missing share one load. */
+function singleFlight(run: () => Promise<void>): () => Promise<void> {
+  let running: Promise<void> | undefined;
+  return () => {
+    running ??= run().finally(() => (running = undefined));
+    return running;
+  };
+}
+
+function isMissing(error: unknown): boolean {
+  return error instanceof Error && /^ERR Function not found/.test(error.message);
+}
+
+function firstLine(text: string): string {
+  return text.split('\n', 1)[0] as string;
+}
+
+/** The path as the start-up log and /rlconfig name it. */
+export function describePath(path: CodePath): string {
+  if (path.kind === 'functions') return `functions (FCALL of library ${path.detail})`;
+  if (path.kind === 'scripts') return `scripts (EVALSHA): ${path.detail}`;
+  return `scripts (EVALSHA) until a connection answers: ${path.detail}`;
+}
