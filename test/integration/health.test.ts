@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
+import { refusal, runToExit, spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { startRedis, type TestRedis, README_ACL_COMMANDS } from '../support/redis.js';
 import { callCheck, d, eventually, healthStatus } from '../support/tollgate.js';
 
@@ -63,12 +63,21 @@ describe('health with a Redis user that may not run what checks need', () => {
     ).toBe('OK');
   });
 
-  it.each(['time', 'eval', 'evalsha', 'hmget', 'hset', 'pexpire'])(
-    'without +%s: NOT_SERVING, naming the command, from start-up',
-    async (command) => {
+  // EVAL and EVALSHA carry checks only where functions are not called.
+  it.each([
+    ['time', 'auto'],
+    ['eval', 'off'],
+    ['evalsha', 'off'],
+    ['hmget', 'auto'],
+    ['hset', 'auto'],
+    ['pexpire', 'auto'],
+  ])(
+    'without +%s: NOT_SERVING, naming the command, from start-up (REDIS_FUNCTIONS=%s)',
+    async (command, functions) => {
       const tollgate = await asUser(
         `without-${command}`,
         COMMANDS.filter((c) => c !== `+${command}`),
+        { REDIS_FUNCTIONS: functions },
       );
       expect(await healthStatus(tollgate.address)).toBe('NOT_SERVING');
       const [status, reason] = await healthcheck(tollgate);
@@ -82,6 +91,28 @@ describe('health with a Redis user that may not run what checks need', () => {
       expect(tollgate.stdout()).toContain(`'${command}' command`);
     },
   );
+
+  it('without +fcall: decides by EVALSHA and says why, or refuses to start with REDIS_FUNCTIONS=on', async () => {
+    const lacking = COMMANDS.filter((c) => c !== '+fcall');
+    const tollgate = await asUser('without-fcall', lacking);
+    expect(await healthcheck(tollgate)).toEqual([200, 'OK']);
+    expect(tollgate.stdout()).toContain('redis: checks are decided by EVALSHA, not functions');
+    expect(tollgate.stdout()).toContain("may not run 'fcall'");
+    const rlconfig = await (await fetch(`${tollgate.httpUrl}/rlconfig`)).text();
+    expect(rlconfig.split('\n')[0]).toBe(
+      "# redis calls: scripts (EVALSHA): the Redis user may not run 'fcall': grant +fcall +function|load to call functions",
+    );
+
+    const { code, stderr } = await runToExit(RULES, {
+      REDIS_URL: `redis://without-fcall:secret@127.0.0.1:${redis.port}`,
+      REDIS_FUNCTIONS: 'on',
+    });
+    expect({ code, stderr: refusal(stderr) }).toEqual({
+      code: 1,
+      stderr:
+        "REDIS_FUNCTIONS=on, but the Redis user may not run 'fcall': grant +fcall +function|load to call functions",
+    });
+  });
 
   it('says so, and stays SERVING, with FAILURE_MODE=allow', async () => {
     const tollgate = await asUser(

@@ -7,6 +7,7 @@ import { counterKey } from '../../src/store/keys.js';
 import type { RedisSettings } from '../../src/process/settings.js';
 import { createRedisDemand } from '../../src/rlqs/demand.js';
 import { createRedisStore, type RedisStore } from '../../src/store/redisStore.js';
+import type { FunctionsSetting } from '../../src/store/functions.js';
 import type { Store } from '../../src/store/Store.js';
 import { makeCerts, type TestCerts } from '../support/certs.js';
 import { freePort } from '../support/ports.js';
@@ -19,7 +20,7 @@ const DAY_MS = 86_400_000;
 const stores: RedisStore[] = [];
 const errors: StoreError[] = [];
 
-function store(settings: Partial<RedisSettings>): RedisStore {
+function store(settings: Partial<RedisSettings>, functions: FunctionsSetting = 'auto'): RedisStore {
   const created = createRedisStore(
     {
       type: 'single',
@@ -32,7 +33,7 @@ function store(settings: Partial<RedisSettings>): RedisStore {
       timeoutMs: 2_000,
       ...settings,
     },
-    { onError: (error) => errors.push(error) },
+    { onError: (error) => errors.push(error), functions },
   );
   stores.push(created);
   return created;
@@ -173,12 +174,23 @@ describe('a least-privilege ACL user', () => {
     await redis?.stop();
   });
 
-  /** A store as `user`, on a Redis that has forgotten the script (so the first call is EVAL). */
-  async function storeAs(user: string, rules: string[]): Promise<RedisStore> {
+  /**
+   * A store as `user`, on a Redis that has forgotten the scripts and the library (so the first
+   * call loads them), once its first connection chose how calls go.
+   */
+  async function storeAs(
+    user: string,
+    rules: string[],
+    functions: FunctionsSetting = 'auto',
+  ): Promise<RedisStore> {
     await redis.client.call('ACL', 'SETUSER', user, 'reset', ...rules);
     await redis.client.call('SCRIPT', 'FLUSH');
-    const s = store({ host: redis.host, port: redis.port, username: user, password: 'secret' });
-    await s.ping().catch(() => undefined); // connected, whether or not the user may PING
+    await redis.client.call('FUNCTION', 'FLUSH');
+    const s = store(
+      { host: redis.host, port: redis.port, username: user, password: 'secret' },
+      functions,
+    );
+    await s.firstConnection();
     return s;
   }
 
@@ -194,6 +206,7 @@ describe('a least-privilege ACL user', () => {
     const warn = vi.spyOn(console, 'warn');
     const prefix = 'edge1:';
     const s = await storeAs('tollgate', acl(prefix));
+    expect(s.codePath().kind).toBe('functions');
     expect(await remaining(s, prefix, 2)).toEqual([2, 1]);
     const local = await s.decide([counter(prefix)], Date.now()); // CLOCK=local
     expect(local.results[0]!.remaining).toBe(0);
@@ -233,7 +246,58 @@ describe('a least-privilege ACL user', () => {
     }
   });
 
-  it.each(COMMANDS)('needs %s', async (needed) => {
+  // The line before functions: a user granted it keeps deciding, by EVALSHA, and is told why.
+  const BEFORE_FUNCTIONS = COMMANDS.filter((c) => c !== '+fcall' && c !== '+function|load');
+
+  it('keeps deciding as a user of the line before functions, by EVALSHA, naming what it lacks', async () => {
+    const prefix = 'edge4:';
+    const s = await storeAs('before-functions', acl(prefix, BEFORE_FUNCTIONS));
+    expect(s.codePath()).toEqual({
+      kind: 'scripts',
+      detail: expect.stringContaining("may not run 'function|load': grant +fcall +function|load"),
+    });
+    expect(await remaining(s, prefix, 2)).toEqual([2, 1]);
+    expect(await recordDemand(s, prefix)).toMatchObject({ recorded: true });
+  });
+
+  it('refuses to start such a user with REDIS_FUNCTIONS=on, naming the command', async () => {
+    await redis.client.call(
+      'ACL',
+      'SETUSER',
+      'no-fcall',
+      'reset',
+      ...acl(
+        'edge5:',
+        COMMANDS.filter((c) => c !== '+fcall'),
+      ),
+    );
+    const s = store(
+      { host: redis.host, port: redis.port, username: 'no-fcall', password: 'secret' },
+      'on',
+    );
+    await expect(s.firstConnection()).rejects.toThrow(
+      "REDIS_FUNCTIONS=on, but the Redis user may not run 'fcall'",
+    );
+  });
+
+  it.each(['+fcall', '+function|load'])('calls functions only with %s', async (needed) => {
+    const prefix = `edge6${needed.length}:`;
+    const s = await storeAs(
+      `without-${needed.slice(1).replace('|', '-')}`,
+      acl(
+        prefix,
+        COMMANDS.filter((c) => c !== needed),
+      ),
+    );
+    const command = needed.slice(1);
+    expect(s.codePath()).toEqual({
+      kind: 'scripts',
+      detail: expect.stringContaining(`may not run '${command}'`),
+    });
+    expect(await remaining(s, prefix, 2)).toEqual([2, 1]);
+  });
+
+  it.each(BEFORE_FUNCTIONS)('needs %s', async (needed) => {
     const prefix = 'edge3:';
     const s = await storeAs(
       `without-${needed.slice(1)}`,

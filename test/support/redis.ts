@@ -15,6 +15,8 @@ import { freePort } from './ports.js';
  */
 /** The commands of README's least-privilege ACL line. */
 export const README_ACL_COMMANDS = [
+  '+fcall',
+  '+function|load',
   '+evalsha',
   '+eval',
   '+hmget',
