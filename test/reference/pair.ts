@@ -68,6 +68,8 @@ export async function startPair(
       REDIS_URL: `127.0.0.1:${tollgateRedis.port}`,
       REDIS_TIMEOUT: '2s',
       COMPAT_MODE: 'reference',
+      // Functions, or a refusal to start where they cannot be called; a pair may turn them off.
+      REDIS_FUNCTIONS: 'on',
       ...env,
     }),
   ]);

@@ -117,8 +117,9 @@ async function randomSequences(p: Pair, runs: number): Promise<void> {
 }
 
 describe('random sequences, against the reference', () => {
-  it('answer alike', async () => {
-    pair = await startPair({ 'random.yaml': RULES });
+  // Checks reach Redis as functions in every pair (startPair), and here also as scripts.
+  it.each(['on', 'off'])('answer alike (REDIS_FUNCTIONS=%s)', async (functions) => {
+    pair = await startPair({ 'random.yaml': RULES }, { REDIS_FUNCTIONS: functions });
     await randomSequences(pair, 100);
   });
 
