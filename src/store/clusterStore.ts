@@ -1,8 +1,11 @@
 import type { StoreError } from '../core/errors.js';
 import type { CounterCheck, CounterResult, Store, StoreDecision } from './Store.js';
+import { createBatcher } from './batcher.js';
 import {
+  batchCall,
   decideArgs,
   decideCall,
+  readBatch,
   readDecision,
   readPartDecision,
   refundable,
@@ -16,7 +19,19 @@ import { keySlot } from './slots.js';
 /**
  * The store on Redis Cluster. A script may touch the keys of one slot only, and every counter of
  * a tenant shares its tenant's slot (keys.ts), so a request whose counters share a slot is one
- * script call, exactly as on a single Redis.
+ * script call, exactly as on a single Redis. Such requests made together are batched as on a
+ * single Redis (batcher.ts, REDIS_BATCH_LIMIT), with one batcher per slot: a batch is one script
+ * call, so it too must hold the keys of one slot.
+ *
+ * Per slot, not per node: Redis refuses a script whose declared keys span slots (CROSSSLOT), even
+ * when one node serves them all and even with the `allow-cross-slot-keys` flag, which only lets a
+ * script reach keys it did not declare; and a script that reaches an undeclared key of a slot
+ * being migrated fails at that command, after the requests before it in the batch were written,
+ * so they would be counted yet answered as failures (or counted twice if sent again). Within one
+ * slot, Redis answers MOVED, ASK or TRYAGAIN before a script runs, never during it: a batch runs
+ * once, wherever the client's redirections take it, or not at all. While a slot migrates, a call
+ * of several distinct keys gets TRYAGAIN until they are all on one node; a batch still refused at
+ * REDIS_TIMEOUT fails its requests as FAILURE_MODE says, as a request of several counters does.
  *
  * A request that spans slots (a per-IP descriptor beside a tenant's, say) stays all or nothing,
  * optimistically: each slot's counters go to their slot in one call, all calls at once, each
@@ -52,17 +67,23 @@ export interface ClusterStoreOptions {
   classify(error: unknown): StoreError;
   /** Hears refunds that failed; their requests were already answered. */
   onError?: (error: StoreError) => void;
+  /** REDIS_BATCH_LIMIT: the most requests of one slot in one script call. 1, the default: none. */
+  batchLimit?: number;
+  /** REDIS_BATCH_WINDOW, in ms (see batcher.ts). */
+  batchWindowMs?: number;
 }
 
 export function createClusterStore(backend: SlotBackend, options: ClusterStoreOptions): Store {
   const { classify } = options;
   const call = boundedCall(backend, options.timeoutMs, classify);
   const refunds = createRefunds(call, options.onError);
+  const skewToleranceMs = options.clockSkewToleranceMs;
   const path: ClusterPath = {
     call,
     refunds,
     classify,
-    skewToleranceMs: options.clockSkewToleranceMs,
+    skewToleranceMs,
+    oneSlot: slotBatchers({ call, classify, skewToleranceMs }, options),
   };
 
   return {
@@ -112,12 +133,20 @@ interface Refunds {
   landed(): Promise<unknown>;
 }
 
+/** A request whose counters all share `slot`: decided alone or in a batch of that slot. */
+type OneSlotDecide = (
+  slot: number,
+  checks: readonly CounterCheck[],
+  nowMs: number | undefined,
+) => Promise<StoreDecision>;
+
 /** What deciding a request needs, built once per store. */
 interface ClusterPath {
   call: SlotCall;
   refunds: Refunds;
   classify(error: unknown): StoreError;
   skewToleranceMs: number;
+  oneSlot: OneSlotDecide;
 }
 
 function boundedCall(
@@ -151,20 +180,75 @@ function createRefunds(call: SlotCall, onError?: (error: StoreError) => void): R
   };
 }
 
-/** A request whose counters share a slot is one call, as on a single Redis; others go per slot. */
+/**
+ * The requests of each slot, batched as on a single Redis by a batcher of their slot's own. A
+ * slot's batcher is made when a request of it arrives and dropped when its last request settles,
+ * so there are only as many as the slots with requests under way, and never more than 16,384.
+ */
+function slotBatchers(
+  path: Pick<ClusterPath, 'call' | 'classify' | 'skewToleranceMs'>,
+  options: Pick<ClusterStoreOptions, 'batchLimit' | 'batchWindowMs'>,
+): OneSlotDecide {
+  const { call, classify, skewToleranceMs } = path;
+  const sendOne = (checks: readonly CounterCheck[], nowMs: number | undefined) =>
+    call(decideCall(checks, { nowMs, skewToleranceMs }), (reply) =>
+      readDecision(reply, checks.length),
+    );
+  const limit = options.batchLimit ?? 1;
+  if (limit <= 1) return (_slot, checks, nowMs) => sendOne(checks, nowMs);
+
+  const batchers = new Map<number, { decide: OneSlotBatcher; pending: number }>();
+  const create = (): OneSlotBatcher =>
+    createBatcher({
+      limit,
+      windowMs: options.batchWindowMs ?? 0,
+      sendOne,
+      async sendBatch(requests) {
+        const decided = await call(batchCall(requests, skewToleranceMs), (reply) =>
+          readBatch(reply, requests),
+        );
+        // A request whose counter failed gets its error; the others their decisions.
+        return decided.map((one) => (one instanceof Error ? classify(one) : one));
+      },
+    });
+  return (slot, checks, nowMs) => {
+    let batcher = batchers.get(slot);
+    if (batcher === undefined) {
+      batcher = { decide: create(), pending: 0 };
+      batchers.set(slot, batcher);
+    }
+    const own = batcher;
+    own.pending += 1;
+    const settled = () => {
+      own.pending -= 1;
+      if (own.pending === 0 && batchers.get(slot) === own) batchers.delete(slot);
+    };
+    const decided = own.decide(checks, nowMs);
+    decided.then(settled, settled);
+    return decided;
+  };
+}
+
+type OneSlotBatcher = ReturnType<typeof createBatcher>;
+
+/**
+ * A request whose counters share a slot is one call, as on a single Redis, alone or batched with
+ * others of its slot; others go per slot.
+ */
 function decideOnCluster(
   path: ClusterPath,
   checks: readonly CounterCheck[],
   nowMs: number | undefined,
 ): Promise<StoreDecision> {
   const groups = bySlot(checks.map((check) => check.key));
-  if (groups.length === 1) {
-    return path.call(
-      decideCall(checks, { nowMs, skewToleranceMs: path.skewToleranceMs }),
-      (reply) => readDecision(reply, checks.length),
-    );
-  }
-  return decideAcrossSlots(path, checks, groups, nowMs);
+  const [only] = groups;
+  if (groups.length === 1 && only !== undefined) return path.oneSlot(only.slot, checks, nowMs);
+  return decideAcrossSlots(
+    path,
+    checks,
+    groups.map((group) => group.indexes),
+    nowMs,
+  );
 }
 
 /**
@@ -248,9 +332,9 @@ async function countPerSlot(
   classify: (error: unknown) => StoreError,
 ): Promise<number> {
   const counts = await Promise.all(
-    bySlot(keys).map(async (group) => {
+    bySlot(keys).map(async ({ indexes }) => {
       try {
-        return await each(group.map((index) => keys[index] as string));
+        return await each(indexes.map((index) => keys[index] as string));
       } catch (error) {
         throw classify(error);
       }
@@ -260,7 +344,7 @@ async function countPerSlot(
 }
 
 /** The indexes of `keys`, grouped by cluster slot, in order of first appearance. */
-function bySlot(keys: readonly string[]): number[][] {
+function bySlot(keys: readonly string[]): { slot: number; indexes: number[] }[] {
   const first = keys.length > 0 ? keySlot(keys[0] as string) : 0;
   let groups: Map<number, number[]> | undefined;
   for (let index = 1; index < keys.length; index++) {
@@ -273,5 +357,6 @@ function bySlot(keys: readonly string[]): number[][] {
     if (group) group.push(index);
     else groups.set(slot, [index]);
   }
-  return groups ? [...groups.values()] : [keys.map((_, index) => index)];
+  if (groups === undefined) return [{ slot: first, indexes: keys.map((_, index) => index) }];
+  return [...groups].map(([slot, indexes]) => ({ slot, indexes }));
 }

@@ -53,8 +53,8 @@ export interface RedisStoreOptions {
   clockSkewToleranceMs?: number;
   /**
    * REDIS_BATCH_LIMIT: decide calls made in the same event-loop turn go as one script call of at
-   * most this many requests (see batcher.ts). 1, the default here, sends each on its own. Not
-   * for Redis Cluster, whose calls go per slot.
+   * most this many requests (see batcher.ts). 1, the default here, sends each on its own. On
+   * Redis Cluster, requests are batched with others of their slot (see clusterStore.ts).
    */
   batchLimit?: number;
   /** How long a check may wait for others to share its call (see batcher.ts). */
@@ -110,6 +110,8 @@ export function createRedisStore(
       clockSkewToleranceMs: options.clockSkewToleranceMs ?? 0,
       classify,
       onError: options.onError,
+      batchLimit: options.batchLimit,
+      batchWindowMs: options.batchWindowMs,
     });
     const access: RedisAccess = {
       connection: backend.cluster,

@@ -504,35 +504,17 @@ describe('faults under load', () => {
     );
   }
 
-  /**
-   * Moves `slot` to another master as `redis-cli --cluster reshard` would: IMPORTING, MIGRATING,
-   * each key on its own (so that for a while the tenant's keys are split between the nodes), then
-   * the new owner.
-   */
+  /** Moves the slot of `tenant` to another master, its two counters 100 ms apart. */
   async function migration(tenant: string) {
     const slot = slotOfTenant(tenant);
-    const source = await cluster.masterOf(slot);
-    const target = (await cluster.nodes()).find(
-      (node) => node.role === 'master' && node.id !== source.id,
-    )!;
-    const admin = (port: number, ...args: (string | number)[]) =>
-      cluster.client(port).call(String(args[0]), ...args.slice(1));
-    const run = async () => {
+    const { target, run } = await cluster.migration(slot);
+    const moved = async () => {
       await resetStats();
-      await admin(target.port, 'CLUSTER', 'SETSLOT', slot, 'IMPORTING', source.id);
-      await admin(source.port, 'CLUSTER', 'SETSLOT', slot, 'MIGRATING', target.id);
-      const keys = (await admin(source.port, 'CLUSTER', 'GETKEYSINSLOT', slot, 1000)) as string[];
+      const keys = await run(100);
       // The tenant's two counters, and any other test's keys that happen to share the slot.
       expect(keys.filter((key) => key.includes(`:${tenant}}`))).toHaveLength(2);
-      for (const key of keys) {
-        await admin(source.port, 'MIGRATE', '127.0.0.1', target.port, '', 0, 5_000, 'KEYS', key);
-        await new Promise((resolve) => setTimeout(resolve, 100));
-      }
-      for (const node of [target, source]) {
-        await admin(node.port, 'CLUSTER', 'SETSLOT', slot, 'NODE', target.id);
-      }
     };
-    return { slot, target, run };
+    return { slot, target, run: moved };
   }
 
   async function expectHealthy(label: string, tenant: string, calls: LoadCall[]) {

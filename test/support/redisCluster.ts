@@ -22,7 +22,20 @@ export interface TestCluster {
   masterOf(slot: number): Promise<ClusterNode>;
   /** Waits until every node says cluster_state:ok and agrees on who serves each slot. */
   settled(timeoutMs?: number): Promise<void>;
+  /** A move of `slot` to another master, chosen now and made when `run` is called. */
+  migration(slot: number): Promise<SlotMigration>;
   stop(): Promise<void>;
+}
+
+export interface SlotMigration {
+  source: ClusterNode;
+  target: ClusterNode;
+  /**
+   * Moves the slot as `redis-cli --cluster reshard` would: IMPORTING, MIGRATING, each key on its
+   * own with `gapMs` between them (so that for a while the slot's keys are split between the
+   * nodes), then the new owner. Resolves with the keys it moved.
+   */
+  run(gapMs: number): Promise<string[]>;
 }
 
 export interface ClusterNode {
@@ -154,6 +167,29 @@ export async function startRedisCluster(): Promise<TestCluster> {
     await stop();
     throw error;
   }
+  const migration = async (slot: number): Promise<SlotMigration> => {
+    const source = await masterOf(slot);
+    const target = (await nodes()).find(
+      (node) => node.role === 'master' && node.slots.length > 0 && node.id !== source.id,
+    )!;
+    const admin = (port: number, ...args: (string | number)[]) =>
+      client(port).call(String(args[0]), ...args.slice(1));
+    const run = async (gapMs: number) => {
+      await admin(target.port, 'CLUSTER', 'SETSLOT', slot, 'IMPORTING', source.id);
+      await admin(source.port, 'CLUSTER', 'SETSLOT', slot, 'MIGRATING', target.id);
+      const keys = (await admin(source.port, 'CLUSTER', 'GETKEYSINSLOT', slot, 1000)) as string[];
+      for (const key of keys) {
+        await admin(source.port, 'MIGRATE', '127.0.0.1', target.port, '', 0, 5_000, 'KEYS', key);
+        await new Promise((resolve) => setTimeout(resolve, gapMs));
+      }
+      for (const node of [target, source]) {
+        await admin(node.port, 'CLUSTER', 'SETSLOT', slot, 'NODE', target.id);
+      }
+      return keys;
+    };
+    return { source, target, run };
+  };
+
   return {
     url: ports.map((port) => `redis://127.0.0.1:${port}`).join(','),
     ports,
@@ -161,6 +197,7 @@ export async function startRedisCluster(): Promise<TestCluster> {
     nodes,
     masterOf,
     settled,
+    migration,
     stop,
   };
 }
