@@ -4,7 +4,7 @@
 // CLOCK=redis, where the cache runs on the service's own clock against Redis TIME.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { RateLimitRequestObject } from '@tollgate/client';
-import { startRedis, type TestRedis } from '../support/redis.js';
+import { decisionCalls, startRedis, type TestRedis } from '../support/redis.js';
 import {
   codes,
   d,
@@ -30,12 +30,7 @@ descriptors:
 
 /** Decision script calls Redis has served (EVALSHA, and EVAL after a NOSCRIPT). */
 async function scriptCalls(redis: TestRedis): Promise<number> {
-  const stats = await redis.client.info('commandstats');
-  let calls = 0;
-  for (const match of stats.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)) {
-    calls += Number(match[1]);
-  }
-  return calls;
+  return decisionCalls(redis.client);
 }
 
 async function cacheHits(tollgate: Tollgate): Promise<number> {

@@ -1,7 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRedisStore } from '../../src/store/redisStore.js';
 import type { CounterCheck, Store } from '../../src/store/Store.js';
-import { startRedis, storeSettings, type TestRedis } from '../support/redis.js';
+import {
+  CALL_PATHS,
+  decisionCalls,
+  openPathStore,
+  startRedis,
+  storeSettings,
+  type TestRedis,
+} from '../support/redis.js';
 
 // REDIS_BATCH_LIMIT: decide calls made in the same event-loop turn (or within REDIS_BATCH_WINDOW)
 // go to Redis as one script call, of at most that many requests, decided in the order they were
@@ -12,10 +19,6 @@ beforeAll(async () => {
   redis = await startRedis();
 });
 afterAll(() => redis?.stop());
-
-function storeWith(batchLimit: number): Store {
-  return createRedisStore(storeSettings(redis), { batchLimit });
-}
 
 const counter = (key: string): CounterCheck => ({
   key,
@@ -29,25 +32,19 @@ const counter = (key: string): CounterCheck => ({
   overdraw: false,
 });
 
-async function scriptCalls(): Promise<number> {
-  const stats = await redis.client.info('commandstats');
-  let calls = 0;
-  for (const [, count] of stats.matchAll(/^cmdstat_eval(?:sha)?:calls=(\d+)/gm)) {
-    calls += Number(count);
-  }
-  return calls;
-}
+const scriptCalls = () => decisionCalls(redis.client);
 
-describe.each([
-  { batchLimit: 16, calls: 7 },
-  { batchLimit: 1, calls: 100 },
-])('with REDIS_BATCH_LIMIT=$batchLimit', ({ batchLimit, calls }) => {
+describe.each(
+  CALL_PATHS.flatMap((path) => [
+    { path, batchLimit: 16, calls: 7 },
+    { path, batchLimit: 1, calls: 100 },
+  ]),
+)('with REDIS_BATCH_LIMIT=$batchLimit, calls as $path', ({ path, batchLimit, calls }) => {
   it(`decides 100 calls made at once in ${calls} script calls, in the order made`, async () => {
-    const store = storeWith(batchLimit);
+    const store: Store = await openPathStore(redis, path, { batchLimit });
     try {
-      await store.ping();
       await redis.client.config('RESETSTAT');
-      const key = `tg:batch-${batchLimit}`;
+      const key = `tg:batch-${batchLimit}-${path}`;
       // Every other call also carries a counter of its own.
       const decisions = await Promise.all(
         Array.from({ length: 100 }, (_, i) =>
@@ -71,12 +68,13 @@ describe.each([
 describe('with REDIS_BATCH_WINDOW', () => {
   it('decides calls made within the window in one script call, in the order made', async () => {
     // A window far longer than the gaps between the calls, so a busy machine keeps them in it.
-    const store = createRedisStore(storeSettings(redis, { timeoutMs: 5_000 }), {
-      batchLimit: 16,
-      batchWindowMs: 400,
-    });
+    const store = await openPathStore(
+      redis,
+      'functions',
+      { batchLimit: 16, batchWindowMs: 400 },
+      { timeoutMs: 5_000 },
+    );
     try {
-      await store.ping();
       await redis.client.config('RESETSTAT');
       const pending = [];
       for (let i = 0; i < 5; i++) {

@@ -1,3 +1,4 @@
+import { decisionCalls } from '../support/redis.js';
 import fc from 'fast-check';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { counterKey } from '../../src/store/keys.js';
@@ -104,17 +105,12 @@ function slotOf(entries: [string, string][], algorithm: Algorithm, tenantKey?: s
   return keySlot(key);
 }
 
-/** Script calls (EVALSHA and EVAL) per master port, from INFO commandstats. */
+/** Decision calls (FCALL, EVALSHA and EVAL) per master port. */
 async function scriptCalls(): Promise<Map<number, number>> {
   const calls = new Map<number, number>();
   for (const node of await cluster.nodes()) {
-    if (node.role !== 'master') continue;
-    const info = await cluster.client(node.port).info('commandstats');
-    let count = 0;
-    for (const match of info.matchAll(/^cmdstat_(evalsha|eval):calls=(\d+)/gm)) {
-      count += Number(match[2]);
-    }
-    calls.set(node.port, count);
+    if (node.role === 'master')
+      calls.set(node.port, await decisionCalls(cluster.client(node.port)));
   }
   return calls;
 }

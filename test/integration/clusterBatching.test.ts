@@ -1,3 +1,4 @@
+import { decisionCalls } from '../support/redis.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { StoreError } from '../../src/core/errors.js';
 import { createRedisStore } from '../../src/store/redisStore.js';
@@ -55,15 +56,11 @@ const counter = (key: string, limit: number): CounterCheck => ({
   overdraw: false,
 });
 
-/** Script calls (EVALSHA and EVAL) that ran on every master, from INFO commandstats. */
+/** Decision calls (FCALL, EVALSHA and EVAL) that ran on every master. */
 async function scriptCalls(): Promise<number> {
   let calls = 0;
   for (const node of await cluster.nodes()) {
-    if (node.role !== 'master') continue;
-    const info = await cluster.client(node.port).info('commandstats');
-    for (const [, count] of info.matchAll(/^cmdstat_eval(?:sha)?:calls=(\d+)/gm)) {
-      calls += Number(count);
-    }
+    if (node.role === 'master') calls += await decisionCalls(cluster.client(node.port));
   }
   return calls;
 }

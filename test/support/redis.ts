@@ -96,6 +96,19 @@ export async function openPathStore(
   return store;
 }
 
+/**
+ * The decision calls a Redis server has run, by its INFO commandstats: FCALL, or EVALSHA and the
+ * EVAL sent after a NOSCRIPT.
+ */
+export async function decisionCalls(client: Redis): Promise<number> {
+  const stats = await client.info('commandstats');
+  let calls = 0;
+  for (const [, count] of stats.matchAll(/^cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/gm)) {
+    calls += Number(count);
+  }
+  return calls;
+}
+
 function hasRedisServer(): boolean {
   return spawnSync('redis-server', ['--version']).status === 0;
 }
