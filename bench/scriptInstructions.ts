@@ -148,6 +148,7 @@ async function count(
 export async function runScriptInstructions(
   plan: InstructionPlan,
   log: (line: string) => void,
+  only: (variant: CountedVariant) => boolean = () => true,
 ): Promise<InstructionRow[]> {
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-bench-callgrind-'));
   const outFile = join(dir, 'callgrind.out');
@@ -159,7 +160,7 @@ export async function runScriptInstructions(
     });
     const dumps = createDumps(redis.client, outFile);
     const rows: InstructionRow[] = [];
-    for (const variant of instructionVariants()) {
+    for (const variant of instructionVariants().filter(only)) {
       const row = await count(redis.client, dumps, variant, plan);
       log(
         `${row.variant} (${row.via}, ${row.counters}): ${row.kilo.toFixed(1)}k instructions a call`,
