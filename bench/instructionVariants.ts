@@ -251,9 +251,9 @@ function bothCalls(id: string, title: string, body: string, counts: number[], ar
 export function instructionVariants(): CountedVariant[] {
   const decision = loadDecisionScript();
   const plain = loadFixedWindowScript();
-  const one = [1, 3];
+  const counts = [1, 3];
   const variants: CountedVariant[] = [
-    ...one.map((n) => ({
+    ...counts.map((n) => ({
       id: 'decision',
       title: "tollgate's decision script",
       via: 'EVALSHA' as const,
@@ -261,7 +261,7 @@ export function instructionVariants(): CountedVariant[] {
       code: decision,
       args: (i: number) => decideArgs(keys(i, n).map(check), TIME),
     })),
-    ...one.map((n) => ({
+    ...counts.map((n) => ({
       id: 'plain',
       title: "tollgate's plain fixed-window script",
       via: 'EVALSHA' as const,
@@ -269,7 +269,7 @@ export function instructionVariants(): CountedVariant[] {
       code: plain,
       args: plainArgs(n),
     })),
-    ...one.map((n) => ({
+    ...counts.map((n) => ({
       id: 'plain',
       title: "tollgate's plain fixed-window script",
       via: 'FCALL' as const,
@@ -278,7 +278,7 @@ export function instructionVariants(): CountedVariant[] {
       fn: 'bench_plain_hash',
       args: plainArgs(n),
     })),
-    ...one.map((n) => ({
+    ...counts.map((n) => ({
       id: 'packed',
       title: 'the same logic on a packed string counter (GET, SET … PX or KEEPTTL)',
       via: 'FCALL' as const,
@@ -288,11 +288,11 @@ export function instructionVariants(): CountedVariant[] {
       args: plainArgs(n),
     })),
     ...bothCalls('one', '`return 1`, no keys', 'return 1', [0]),
-    ...bothCalls('hash', 'bare commands: TIME, HMGET t w c, HSET t w c', HASH_COMMANDS, one),
-    ...bothCalls('string', 'bare commands: TIME, GET, SET … KEEPTTL', STRING_COMMANDS, one),
+    ...bothCalls('hash', 'bare commands: TIME, HMGET t w c, HSET t w c', HASH_COMMANDS, counts),
+    ...bothCalls('string', 'bare commands: TIME, GET, SET … KEEPTTL', STRING_COMMANDS, counts),
   ];
   for (const part of PARTS) {
-    for (const n of one) {
+    for (const n of counts) {
       const fn = `bench_${part.id.replaceAll('-', '_')}`;
       variants.push({
         id: part.id,
