@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -28,6 +29,8 @@ import { assertPerf, runPerf, type PerfEntry } from './perf.js';
 import { rlqsProblems, runRlqs } from './rlqs.js';
 import { rlqsBoundMisses, rlqsBoundProblems, runRlqsBound } from './rlqsBound.js';
 import { runScriptCost } from './scriptCost.js';
+import { runScriptInstructions } from './scriptInstructions.js';
+import { instructionReport } from './scriptInstructionsReport.js';
 import { runVariants } from './variants.js';
 import { runVersus, type AgainstBuild } from './versus.js';
 import { buildAgainst, parseAgainstRef } from './against.js';
@@ -53,8 +56,11 @@ import { BENCH_NODE, type NodeRuntime } from './services.js';
  * Writes bench/results/profile-SCENARIO[-N]rps.{md,json}: where tollgate's CPU goes (see profileRun).
  *   npm run bench -- --perf [--scenario NAME] [--rps N]
  * Writes bench/results/perf-SCENARIO.{md,json}: Linux perf on the reference, tollgate and Redis.
+ *   npm run bench -- --script-cost --instructions [--quick]
+ * Writes bench/results/script-cost.{md,json}: the instructions a script call costs Redis, counted
+ * by callgrind (see scriptInstructionsRun).
  *   npm run bench -- --script-cost [--quick]
- * Writes bench/results/script-cost.{md,json}: what a script call costs Redis (see scriptCostRun).
+ * Writes bench/results/script-cost-timings.{md,json}: the same calls timed (see scriptCostRun).
  */
 const benchDir = dirname(fileURLToPath(import.meta.url));
 // Compiled to .cache/bench/bench/: the repository is three levels up.
@@ -70,6 +76,7 @@ const { values } = parseArgs({
     rlqs: { type: 'boolean', default: false },
     'rlqs-bound': { type: 'boolean', default: false },
     'script-cost': { type: 'boolean', default: false },
+    instructions: { type: 'boolean', default: false },
     perf: { type: 'boolean', default: false },
     env: { type: 'string', multiple: true, default: [] },
     node: { type: 'string' },
@@ -86,6 +93,9 @@ if (!Number.isInteger(workers) || workers < 1) throw new Error('--workers: a who
 const ghzBinary = process.env.BENCH_GHZ;
 if (!ghzBinary) throw new Error('BENCH_GHZ is unset: run the bench with npm run bench');
 
+if (values.instructions && !values['script-cost']) {
+  throw new Error('--instructions: only with --script-cost');
+}
 if (values.against !== undefined && !values.versus) {
   throw new Error('--against: only with --versus');
 }
@@ -465,8 +475,9 @@ function rlqsBoundRun(): Promise<number> {
 
 /**
  * `--script-cost [--quick]`: what one call of the decision script costs Redis, against scripts
- * that decide nothing (see bench/scriptCost.ts), into bench/results/script-cost.{md,json}. No
- * ghz and no service: the numbers are Redis's own, on an idle Redis.
+ * that decide nothing (see bench/scriptCost.ts), into bench/results/script-cost-timings.{md,json}.
+ * No ghz and no service: the numbers are Redis's own, on an idle Redis. On a shared machine they
+ * are too noisy to split a script's cost into parts: `--instructions` counts instead.
  */
 async function scriptCostRun(): Promise<number> {
   const machine = describeMachine(process.env.BENCH_GHZ_VERSION ?? 'unknown');
@@ -496,7 +507,7 @@ async function scriptCostRun(): Promise<number> {
       ),
       '',
     ].join('\n');
-    writeResults('script-cost', {
+    writeResults('script-cost-timings', {
       md: text,
       json: `${JSON.stringify({ plan: scriptPlan, rows }, null, 2)}\n`,
     });
@@ -505,6 +516,33 @@ async function scriptCostRun(): Promise<number> {
     redis?.client.disconnect();
     await stopAll();
   }
+}
+
+/**
+ * `--script-cost --instructions [--quick]`: the instructions Redis executes per script call,
+ * counted by callgrind (see bench/scriptInstructions.ts), into bench/results/script-cost.{md,json}.
+ * Deterministic, so one pass; --quick counts fewer calls, only to prove the mode works.
+ */
+async function scriptInstructionsRun(): Promise<number> {
+  const machine = describeMachine(process.env.BENCH_GHZ_VERSION ?? 'unknown');
+  const counting =
+    plan.mode === 'quick' ? { warmUp: 50, measured: 100 } : { warmUp: 200, measured: 500 };
+  const started = Date.now();
+  const rows = await runScriptInstructions(counting, log);
+  const version = (command: string, args: string[]) =>
+    execFileSync(command, args, { encoding: 'utf8' }).trim();
+  const text = instructionReport(rows, counting, {
+    command: process.env.BENCH_COMMAND ?? 'npm run bench -- --script-cost --instructions',
+    date: new Date().toISOString(),
+    redis: `Redis ${/v=([\d.]+)/.exec(version('redis-server', ['--version']))?.[1] ?? '?'}`,
+    valgrind: version('valgrind', ['--version']),
+    machine: `${machine.cpuModel}, ${machine.cores} cores, load average ${machine.loadAverage.start.toFixed(2)} at the start, ${((Date.now() - started) / 1_000).toFixed(0)} s`,
+  });
+  writeResults('script-cost', {
+    md: text,
+    json: `${JSON.stringify({ plan: counting, rows }, null, 2)}\n`,
+  });
+  return 0;
 }
 
 /**
@@ -606,7 +644,9 @@ process.exitCode = values.profile
       : values['rlqs-bound']
         ? await rlqsBoundRun()
         : values['script-cost']
-          ? await scriptCostRun()
+          ? values.instructions
+            ? await scriptInstructionsRun()
+            : await scriptCostRun()
           : values.perf
             ? await perfRun()
             : await main();

@@ -38,7 +38,8 @@ export interface ScriptCostRow {
 const PIPELINE = 200;
 const TENANTS = 50;
 
-const HASH_COMMANDS = `
+/** The commands of a fixed-window check with no logic around them, as a script. */
+export const HASH_COMMANDS = `
 local t = redis.call('TIME')
 for i = 1, #KEYS do
   redis.call('HMGET', KEYS[i], 't', 'w', 'c')
@@ -46,7 +47,8 @@ for i = 1, #KEYS do
 end
 return 1`;
 
-const STRING_COMMANDS = `
+/** The same on a counter packed in one string. */
+export const STRING_COMMANDS = `
 local t = redis.call('TIME')
 for i = 1, #KEYS do
   redis.call('GET', KEYS[i])

@@ -72,15 +72,22 @@ function pidOf(child: ChildProcess): number {
   return child.pid;
 }
 
-export async function startRedis(): Promise<RedisServer> {
+/**
+ * `launcher`: a command that runs redis-server (such as valgrind), which must run it in its own
+ * process, and `startMs`, how long it may take to answer.
+ */
+export async function startRedis(
+  options: { launcher?: string[]; startMs?: number } = {},
+): Promise<RedisServer> {
   const port = await freePort();
   // No persistence: a snapshot or an fsync in the middle of a run would be measured too.
   const unixSocket = join(mkdtempSync(join(tmpdir(), 'tollgate-bench-redis-')), 'redis.sock');
   const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'];
   args.push('--unixsocket', unixSocket, '--unixsocketperm', '700');
-  const { child, stderr } = launch('redis-server', args);
+  const [command, ...before] = [...(options.launcher ?? []), 'redis-server'];
+  const { child, stderr } = launch(command!, [...before, ...args]);
   child.once('error', () => {});
-  const deadline = Date.now() + 10_000;
+  const deadline = Date.now() + (options.startMs ?? 10_000);
   for (;;) {
     const client = new Redis({
       host: '127.0.0.1',
