@@ -49,10 +49,10 @@ export type { VersusCost, VersusTier } from './versusRounds.js';
  *
  * Three floors run the constant rates beside them, deciding nothing (bareServer.ts): a bare
  * grpc-js server, up to `costRps` (its CPU per call there is its figure); a bare node:http2 server
- * framing gRPC by hand, at every tier, the floor the p99 targets compare with; and the same with
- * one Redis round trip per call, at every tier, to tell what the round trip alone adds to the
- * tail. They show what any server on grpc-js, or any Node server at all, spends per call and
- * adds to the tail.
+ * framing gRPC by hand, the floor the p99 targets compare with; and the same with one Redis round
+ * trip per call, to tell what the round trip alone adds to the tail. The two node:http2 ones run
+ * at every tier where a service still runs, past their own break too. They show what any server
+ * on grpc-js, or any Node server at all, spends per call and adds to the tail.
  */
 export interface VersusPlan {
   closedSeconds: number;
