@@ -22,11 +22,12 @@ export const BARE_KINDS: readonly BareKind[] = ['grpc-js', 'http2', 'http2-redis
 const REPLY = encodeResponse({ code: 'OK', statuses: [{ code: 'OK', limitRemaining: 0 }] });
 
 /**
- * The round trip: an EVALSHA of `return 1`, sent as ioredis sends tollgate's decision script
+ * The round trip: an EVALSHA of `return 1`, defined as ioredis defines tollgate's decision script
  * (defineCommand: EVALSHA, EVAL once on NOSCRIPT). A script call rather than a PING, because a
- * decision is one script call: Redis looks the script up and enters Lua as it does for tollgate,
- * and INFO commandstats counts it as the script call it is, so the floor's Redis CPU and "script
- * calls per request" read like the services'. The script itself does nothing.
+ * decision is one script call (EVALSHA, or FCALL on Redis Functions): Redis finds the code and
+ * enters Lua as it does for a decision, and INFO commandstats counts a script call, so the
+ * floor's Redis CPU and "script calls per request" read like the services'. The script itself
+ * does nothing, so what the floor costs Redis is the round trip's and the call's.
  */
 const ROUND_TRIP_LUA = 'return 1';
 
