@@ -2,6 +2,8 @@ import type { AdmissionResult } from './admission.js';
 import { GOODPUT_MS } from './ghz.js';
 import type { RunResult } from './measure.js';
 import type { BenchResults } from './results.js';
+import type { TierTail } from './tailDiagnostics.js';
+import type { VersusEntry } from './versus.js';
 import { RLQS_DOMAIN, type RlqsResults } from './rlqs.js';
 import { BOUND_DOMAIN, STEADY_OVER, type RlqsBoundResults } from './rlqsBound.js';
 import { HEADLINE } from './scenarios.js';
@@ -327,6 +329,9 @@ export function markdownReport(results: BenchResults, chartFile: string): string
   return lines.join('\n');
 }
 
+/** The lower constant rate whose Redis CPU per decision the targets judge, beside the cost tier's. */
+const REDIS_LOW_RPS = 1_000;
+
 /** The report of `--versus`: its targets, then the section. */
 export function versusReport(
   results: Pick<
@@ -371,15 +376,23 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
       "p50 and p99 are the medians of the rounds', errors and goodput count every call of every round. " +
       `Goodput is the share of calls answered OK within ${GOODPUT_MS} ms, Envoy's default timeout for a rate-limit call, counted call by call; a failed call is never in time. ` +
       `CPU per decision is from /proc, the median of the rounds' at ${plan.versus.costRps} req/s, and in the closed loop; Redis commands per request, and the time Redis spent executing them, from INFO commandstats, a script's inner commands included; the rest of Redis's CPU reads, parses and answers the calls. ` +
-      "The targets compare tollgate with fixed windows, the reference's semantics. " +
-      'Two floors with no Redis and no work run the constant rates up to the cost tier: a bare grpc-js server, ' +
-      "and Node's http2 module with the gRPC framing written by hand.",
+      "The targets compare tollgate with fixed windows, the reference's semantics, with the reference, and its p99 with the node:http2 floor's. " +
+      'Three floors decide nothing: a bare grpc-js server, up to the cost tier; ' +
+      "Node's http2 module with the gRPC framing written by hand (bare-http2), at every tier; " +
+      'and the same making one Redis round trip per call, an EVALSHA of `return 1` on the same Redis (bare-http2-redis), at every tier.',
     '',
     ...header(['service', 'REDIS_TIMEOUT', 'Node']),
     ...versus.services.map((service) =>
       row([service.title, service.redisTimeout, service.node ?? '— (Go)']),
     ),
   ];
+  if (versus.tailDiagnostics) {
+    lines.push(
+      '',
+      `With \`--tail-diagnostics\`: ${versus.tailDiagnostics} ran with scripts/loop-delay.mjs loaded, which times its event loop and GC pauses at each constant rate (the tables under each scenario). ` +
+        "Its 1 ms timers cost that process CPU and wake-ups, so this run's figures for it are not a normal run's.",
+    );
+  }
   for (const { scenario, title, entries } of versus.scenarios) {
     const reference = entries.find((entry) => entry.service === 'reference');
     const ratio = (mine: number | undefined | null, theirs: number | undefined | null) =>
@@ -388,6 +401,8 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
       mine === undefined || !Number.isFinite(mine)
         ? 'n/a'
         : `${mine.toFixed(0)}${ratio(mine, theirs)}`;
+    const redisAt = (entry: VersusEntry, at: number) =>
+      entry.tiers.find((tier) => tier.offeredRps === at)?.cost?.redisUs;
     lines.push(
       '',
       `### ${title}`,
@@ -398,6 +413,7 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
         `service CPU µs/decision at ${rps(plan.versus.costRps)} req/s`,
         `Redis CPU µs/decision at ${rps(plan.versus.costRps)} req/s`,
         'of which executing commands',
+        `Redis CPU µs/decision at ${rps(REDIS_LOW_RPS)} req/s`,
         'Redis CPU µs/decision, closed loop',
         'Redis commands/request',
         'script calls/request',
@@ -406,6 +422,8 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
     for (const entry of entries) {
       const cost = entry.cost;
       const none = entry.floor ? '—' : 'n/a';
+      // The plain floors have no Redis; the one with a round trip has no closed loop.
+      const redis = cost && entry.floor !== 'no-redis';
       lines.push(
         row([
           entry.service,
@@ -413,11 +431,14 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
             ? none
             : `${rps(entry.closedLoop.medianRps)}${ratio(entry.closedLoop.medianRps, reference?.closedLoop.medianRps)}`,
           cost ? micros(cost.serviceUs, reference?.cost?.serviceUs) : 'n/a',
-          cost && !entry.floor ? micros(cost.redisUs, reference?.cost?.redisUs) : none,
-          cost && !entry.floor ? `${(cost.redisExecutionUs ?? NaN).toFixed(1)}` : none,
+          redis ? micros(cost.redisUs, reference?.cost?.redisUs) : none,
+          redis ? `${(cost.redisExecutionUs ?? NaN).toFixed(1)}` : none,
+          entry.floor === 'no-redis'
+            ? none
+            : micros(redisAt(entry, REDIS_LOW_RPS), reference && redisAt(reference, REDIS_LOW_RPS)),
           entry.floor ? none : micros(entry.closedLoop.redisUs, reference?.closedLoop.redisUs),
-          cost && !entry.floor ? cost.commandsPerRequest.toFixed(2) : none,
-          cost && !entry.floor ? cost.scriptCallsPerRequest.toFixed(2) : none,
+          redis ? cost.commandsPerRequest.toFixed(2) : none,
+          redis ? cost.scriptCallsPerRequest.toFixed(2) : none,
         ]),
       );
     }
@@ -442,6 +463,7 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
         ]),
       );
     }
+    lines.push(...tailTable(scenario, entries));
   }
   if (versus.admission.length > 0) {
     lines.push(
@@ -460,6 +482,50 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
         'exactly the limit',
       ]),
       ...versus.admission.map(admissionRow),
+    );
+  }
+  return lines;
+}
+
+/**
+ * With `--tail-diagnostics`: the watched service's event loop delay and GC pauses at each
+ * constant rate; nothing otherwise.
+ */
+function tailTable(scenario: string, entries: readonly VersusEntry[]): string[] {
+  const lines: string[] = [];
+  for (const entry of entries) {
+    const tiers = entry.tiers.filter(
+      (tier): tier is typeof tier & { tail: TierTail } => !!tier.tail,
+    );
+    if (tiers.length === 0) continue;
+    lines.push(
+      '',
+      `${entry.service}'s event loop delay (1 ms resolution; p50 and p99 the medians of the rounds', max the worst) and GC pauses (over all the rounds) at constant rates (${scenario}):`,
+      '',
+      ...header([
+        'offered req/s',
+        'loop delay p50 / p99 / max ms',
+        'GC pauses',
+        'GC total ms',
+        'GC max ms',
+        'by kind: pauses, total / max ms',
+      ]),
+      ...tiers.map(({ offeredRps, tail }) =>
+        row([
+          rps(offeredRps),
+          [tail.loopDelayMs.p50, tail.loopDelayMs.p99, tail.loopDelayMs.max]
+            .map((value) => value.toFixed(2))
+            .join(' / '),
+          tail.gc.count,
+          tail.gc.totalMs.toFixed(1),
+          tail.gc.maxMs.toFixed(2),
+          Object.entries(tail.gc.byKind)
+            .map(
+              ([kind, k]) => `${kind} ${k.count}, ${k.totalMs.toFixed(1)} / ${k.maxMs.toFixed(2)}`,
+            )
+            .join('; ') || '—',
+        ]),
+      ),
     );
   }
   return lines;

@@ -44,8 +44,10 @@ import { BENCH_NODE, type NodeRuntime } from './services.js';
  * --quick run writes into .cache/bench-results/ instead, leaving the tracked results alone.
  * `--node VERSION` runs the tollgates and the bare servers on that Node line (runtime.ts).
  *   npm run bench -- --versus [--quick] [--out NAME] [--env NAME=VALUE] [--against GIT_REF] [--node VERSION]
+ *     [--tail-diagnostics]
  * Writes bench/results/NAME.{md,json}: only the comparison with envoyproxy/ratelimit (versus.ts);
- * `--against` adds another revision of tollgate as one more service (against.ts).
+ * `--against` adds another revision of tollgate as one more service (against.ts);
+ * `--tail-diagnostics` reports the judged tollgate's event loop and GC per tier (tailDiagnostics.ts).
  *   npm run bench -- --rlqs [--quick] [--out NAME] [--env NAME=VALUE] [--node VERSION]
  * Writes bench/results/NAME.{md,json} (rlqs-MODE by default): only tollgate's CPU per 1,000
  * requests under RLQS against classic checks (rlqs.ts).
@@ -81,6 +83,7 @@ const { values } = parseArgs({
     env: { type: 'string', multiple: true, default: [] },
     node: { type: 'string' },
     against: { type: 'string' },
+    'tail-diagnostics': { type: 'boolean', default: false },
     scenario: { type: 'string' },
     rps: { type: 'string' },
   },
@@ -98,6 +101,9 @@ if (values.instructions && !values['script-cost']) {
 }
 if (values.against !== undefined && !values.versus) {
   throw new Error('--against: only with --versus');
+}
+if (values['tail-diagnostics'] && !values.versus) {
+  throw new Error('--tail-diagnostics: only with --versus');
 }
 const againstRef = values.against === undefined ? undefined : parseAgainstRef(values.against);
 // Installed before anything starts, so that a failed install costs no measurement.
@@ -359,6 +365,7 @@ async function versusRun(): Promise<number> {
       node,
       ...(against ? { against } : {}),
       admission: plan.admission,
+      tailDiagnostics: values['tail-diagnostics'] ?? false,
     });
     const targets = versusTargets(versus);
     const results = {

@@ -6,6 +6,7 @@ import { Redis } from 'ioredis';
 import { freePort } from '../test/support/ports.js';
 import { stopChild, track } from './children.js';
 import type { BareKind } from './bareServer.js';
+import { createLoopProbe, loopDelayArgs, type LoopProbe } from './tailDiagnostics.js';
 import { waitUntilAnswering } from './rlsClient.js';
 import { READY_REQUEST, RULES_YAML } from './scenarios.js';
 import { VERSUS_READY, VERSUS_RULES_YAML } from './versusScenarios.js';
@@ -16,6 +17,7 @@ import { referenceEnv, referenceLayout } from '../test/reference/reference.js';
 export type ServiceName =
   | 'bare'
   | 'bare-http2'
+  | 'bare-http2-redis'
   | 'redis'
   | 'memory'
   | `redis-${string}`
@@ -45,6 +47,8 @@ export interface Service {
   settings: Record<string, string>;
   /** The version of the Node that runs it; absent for the reference, which is Go. */
   node?: string;
+  /** Its event loop and GC, window by window (`--tail-diagnostics`, tailDiagnostics.ts). */
+  loopProbe?: LoopProbe;
   /** Stops it before the end of the run; every process is stopped at the end anyway. */
   stop?: () => Promise<void>;
 }
@@ -129,6 +133,8 @@ export interface TollgateOptions {
   env?: Record<string, string>;
   /** Node's own flags, e.g. `--cpu-prof`. */
   nodeArgs?: string[];
+  /** Loads scripts/loop-delay.mjs into it, read through `loopProbe` (tailDiagnostics.ts). */
+  loopDelay?: boolean;
   /** The Node to run it on; the bench's own by default. */
   node?: NodeRuntime;
 }
@@ -159,7 +165,12 @@ export async function startTollgate(options: TollgateOptions): Promise<Service> 
   };
   const main = join(options.repoRoot, 'dist', 'main.js');
   const node = options.node ?? BENCH_NODE;
-  const { child, stderr } = launch(node.binary, [...(options.nodeArgs ?? []), main], env);
+  const watcher = options.loopDelay ? loopDelayArgs(options.repoRoot) : [];
+  const { child, stderr } = launch(
+    node.binary,
+    [...watcher, ...(options.nodeArgs ?? []), main],
+    env,
+  );
   const address = `127.0.0.1:${grpcPort}`;
   await waitUntilAnswering(address, options.rules?.ready ?? READY_REQUEST, child, stderr);
   const title = options.redisUrl
@@ -174,25 +185,42 @@ export async function startTollgate(options: TollgateOptions): Promise<Service> 
     httpUrl: `http://127.0.0.1:${httpPort}`,
     settings,
     node: node.version,
+    ...(options.loopDelay ? { loopProbe: createLoopProbe(child) } : {}),
   };
 }
 
+const BARE: Record<BareKind, { name: ServiceName; title: string }> = {
+  'grpc-js': { name: 'bare', title: 'bare grpc-js, constant OK (no Redis)' },
+  http2: {
+    name: 'bare-http2',
+    title: 'bare node:http2 with hand-written gRPC framing, constant OK (no Redis)',
+  },
+  'http2-redis': {
+    name: 'bare-http2-redis',
+    title: 'node:http2 + one Redis round trip (EVALSHA of return 1), constant OK, decides nothing',
+  },
+};
+
+/** A floor (bareServer.ts) as its own process; `redisUrl` only for the http2-redis one. */
 export async function startBare(
   benchDir: string,
   kind: BareKind = 'grpc-js',
   node: NodeRuntime = BENCH_NODE,
+  redisUrl?: string,
 ): Promise<Service> {
   const port = await freePort();
-  const env = { PATH: process.env.PATH ?? '', GRPC_PORT: String(port), BARE_KIND: kind };
+  const env = {
+    PATH: process.env.PATH ?? '',
+    GRPC_PORT: String(port),
+    BARE_KIND: kind,
+    ...(redisUrl ? { REDIS_URL: redisUrl } : {}),
+  };
   const { child, stderr } = launch(node.binary, [join(benchDir, 'bareMain.js')], env);
   const address = `127.0.0.1:${port}`;
   await waitUntilAnswering(address, READY_REQUEST, child, stderr);
   return {
-    name: kind === 'http2' ? 'bare-http2' : 'bare',
-    title:
-      kind === 'http2'
-        ? 'bare node:http2 with hand-written gRPC framing, constant OK (no Redis)'
-        : 'bare grpc-js, constant OK (no Redis)',
+    ...BARE[kind],
+    stop: () => stopChild(child),
     address,
     pid: pidOf(child),
     settings: {},

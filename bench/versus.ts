@@ -1,8 +1,12 @@
 import { checkAdmission, type AdmissionResult } from './admission.js';
 import type { Ghz } from './ghz.js';
+import type { BareKind } from './bareServer.js';
 import { measure, type Measured, type RunResult } from './measure.js';
 import type { Plan } from './plan.js';
+import type { Scenario } from './scenarios.js';
+import { JUDGED } from './results.js';
 import { log } from './series.js';
+import { summarizeTail, type LoopWindow } from './tailDiagnostics.js';
 import {
   BENCH_NODE,
   startBare,
@@ -14,8 +18,6 @@ import {
 } from './services.js';
 import {
   alternate,
-  costOf,
-  medianCost,
   summarizeClosedLoop,
   summarizeTier,
   tierBroke,
@@ -45,9 +47,12 @@ export type { VersusCost, VersusTier } from './versusRounds.js';
  * - at `costRps`, what a decision costs: the service's CPU and Redis's CPU in µs, from /proc, and
  *   the Redis commands per request from INFO commandstats, a script's inner commands included.
  *
- * Two floors run the constant rates up to `costRps` beside them, with no Redis and no work: a
- * bare grpc-js server, and a bare node:http2 server framing gRPC by hand. They show what any
- * server on grpc-js, or any Node server at all, spends per call and adds to the tail.
+ * Three floors run the constant rates beside them, deciding nothing (bareServer.ts): a bare
+ * grpc-js server, up to `costRps` (its CPU per call there is its figure); a bare node:http2 server
+ * framing gRPC by hand, the floor the p99 targets compare with; and the same with one Redis round
+ * trip per call, to tell what the round trip alone adds to the tail. The two node:http2 ones run
+ * at every tier where a service still runs, past their own break too. They show what any server
+ * on grpc-js, or any Node server at all, spends per call and adds to the tail.
  */
 export interface VersusPlan {
   closedSeconds: number;
@@ -68,8 +73,8 @@ export interface VersusPlan {
 
 export interface VersusEntry {
   service: string;
-  /** A bare server: no closed loop, no Redis, tiers up to the cost tier only. */
-  floor?: boolean;
+  /** A bare server, with no closed loop: without Redis, or with one round trip per call. */
+  floor?: FloorRedis;
   closedLoop: ClosedLoop;
   cost: VersusCost | null;
   tiers: VersusTier[];
@@ -97,6 +102,26 @@ export interface VersusResults {
   /** The over-admission check on each service that decides in Redis. */
   admission: AdmissionResult[];
   runs: RunResult[];
+  /** With `--tail-diagnostics`: the service whose event loop and GC each tier reports. */
+  tailDiagnostics?: string;
+}
+
+export type FloorRedis = 'no-redis' | 'one-round-trip';
+
+/**
+ * The floors, each with whether it runs at every tier where a service still runs, or only up to
+ * the cost tier and its own break.
+ */
+const FLOORS: { kind: BareKind; redis: FloorRedis; everyTier: boolean }[] = [
+  { kind: 'grpc-js', redis: 'no-redis', everyTier: false },
+  { kind: 'http2', redis: 'no-redis', everyTier: true },
+  { kind: 'http2-redis', redis: 'one-round-trip', everyTier: true },
+];
+
+interface Floor {
+  target: Measured;
+  redis: FloorRedis;
+  everyTier: boolean;
 }
 
 /** Another revision of tollgate, built by against.ts, measured as one more service. */
@@ -116,6 +141,8 @@ export interface VersusOptions {
   node?: NodeRuntime;
   against?: AgainstBuild;
   admission: Plan['admission'];
+  /** Watch the judged tollgate's event loop and GC at each constant rate (tailDiagnostics.ts). */
+  tailDiagnostics?: boolean;
 }
 
 async function startServices(
@@ -163,6 +190,7 @@ async function startServices(
       // tollgate's own default, rather than the bench's generous one.
       env: { ...env, REDIS_TIMEOUT: '15ms', ...options.extraEnv },
       node: options.node ?? BENCH_NODE,
+      loopDelay: (options.tailDiagnostics ?? false) && name === JUDGED,
     });
     services.push({ ...service, title });
     timeouts.set(name, '15ms (its default)');
@@ -184,12 +212,18 @@ export async function runVersus(
     started.push(...services);
     const targets: Measured[] = services.map((service) => ({ service, redis }));
     const node = options.node ?? BENCH_NODE;
-    const floors: Service[] = [
-      await startBare(benchDir, 'grpc-js', node),
-      await startBare(benchDir, 'http2', node),
-    ];
-    started.push(...floors);
-    for (const floor of floors) timeouts.set(floor.name, 'no Redis');
+    const floors: Floor[] = [];
+    for (const { kind, redis: floorRedis, everyTier } of FLOORS) {
+      const withRedis = floorRedis === 'one-round-trip';
+      const service = await startBare(benchDir, kind, node, withRedis ? redis.url : undefined);
+      started.push(service);
+      floors.push({
+        target: withRedis ? { service, redis } : { service },
+        redis: floorRedis,
+        everyTier,
+      });
+      timeouts.set(service.name, withRedis ? 'none (one EVALSHA per call)' : 'no Redis');
+    }
     const runs: RunResult[] = [];
     const scenarios: VersusScenario[] = [];
     for (const scenario of VERSUS_SCENARIOS) {
@@ -218,6 +252,7 @@ export async function runVersus(
       scenarios,
       admission,
       runs,
+      ...(options.tailDiagnostics ? { tailDiagnostics: JUDGED } : {}),
     };
   } finally {
     await Promise.all(started.map((service) => service.stop?.()));
@@ -231,12 +266,12 @@ async function runScenario(
   ghz: Ghz,
   scenario: VersusScenarioDef,
   targets: Measured[],
-  floors: Service[],
+  floors: Floor[],
   plan: VersusPlan,
   runs: RunResult[],
 ): Promise<VersusEntry[]> {
   const closed = { concurrency: plan.concurrency, connections: plan.connections, timeoutMs: 5_000 };
-  const everyService = [...targets.map((target) => target.service), ...floors];
+  const everyService = [...targets, ...floors.map((floor) => floor.target)].map((t) => t.service);
   for (const service of everyService) {
     await ghz.run({
       ...closed,
@@ -245,12 +280,13 @@ async function runScenario(
       request: scenario.request,
     });
   }
+  const floorOf = new Map(floors.map((floor) => [floor.target.service.name, floor.redis]));
   const entries = new Map<string, VersusEntry>(
     everyService.map((service) => [
       service.name,
       {
         service: service.name,
-        ...(floors.includes(service) ? { floor: true } : {}),
+        ...(floorOf.has(service.name) ? { floor: floorOf.get(service.name)! } : {}),
         closedLoop: summarizeClosedLoop([]),
         cost: null,
         tiers: [],
@@ -268,34 +304,73 @@ async function runScenario(
   for (const [name, serviceRuns] of closedRuns) {
     entries.get(name)!.closedLoop = summarizeClosedLoop(serviceRuns);
   }
+  const running = (target: Measured) =>
+    !entries.get(target.service.name)!.tiers.some((tier) => tier.verdict === 'past-break');
+  for (const rps of plan.tiers) {
+    const services = targets.filter(running);
+    // The floors of every tier stand beside any service still running, past their own break
+    // too, so that every p99 of a service has the floor's of the same rounds to compare with.
+    const atTier = [
+      ...services,
+      ...floors
+        .filter((floor) =>
+          floor.everyTier ? services.length > 0 : rps <= plan.costRps && running(floor.target),
+        )
+        .map((floor) => floor.target),
+    ];
+    if (atTier.length > 0) await runTier(ghz, scenario, atTier, rps, plan, runs, entries);
+  }
+  return [...entries.values()];
+}
+
+/** Every service at one constant rate, in alternating rounds; each entry gets its tier. */
+async function runTier(
+  ghz: Ghz,
+  scenario: VersusScenarioDef,
+  targets: Measured[],
+  rps: number,
+  plan: VersusPlan,
+  runs: RunResult[],
+  entries: Map<string, VersusEntry>,
+): Promise<void> {
   const load = {
     concurrency: plan.concurrency,
     connections: plan.connections,
     timeoutMs: plan.timeoutMs,
+    rps,
+    seconds: plan.tierSeconds,
   };
-  const floorTargets: Measured[] = floors.map((service) => ({ service }));
-  for (const rps of plan.tiers) {
-    const tierTargets = (rps <= plan.costRps ? [...targets, ...floorTargets] : targets).filter(
-      (target) =>
-        !entries.get(target.service.name)!.tiers.some((tier) => tier.verdict === 'past-break'),
-    );
-    const tierRuns = new Map<string, RunResult[]>();
-    for (const { round, item: target } of alternate(tierTargets, plan.tierRounds)) {
-      log(
-        `versus ${scenario.name}, ${rps} req/s, round ${round}/${plan.tierRounds}: ${target.service.name}`,
-      );
-      const run = await measure(ghz, target, scenario, { ...load, rps, seconds: plan.tierSeconds });
-      runs.push(run);
-      tierRuns.set(target.service.name, [...(tierRuns.get(target.service.name) ?? []), run]);
-    }
-    for (const [name, serviceRuns] of tierRuns) {
-      const entry = entries.get(name)!;
-      const tier = summarizeTier(rps, serviceRuns);
-      const verdict = entry.breakRps !== null ? 'past-break' : tierBroke(tier) ? 'break' : 'ok';
-      if (verdict === 'break') entry.breakRps = rps;
-      entry.tiers.push({ ...tier, verdict });
-      if (rps === plan.costRps) entry.cost = medianCost(serviceRuns.map(costOf));
-    }
+  const tierRuns = new Map<string, RunResult[]>();
+  const windows = new Map<string, LoopWindow[]>();
+  for (const { round, item: target } of alternate(targets, plan.tierRounds)) {
+    const name = target.service.name;
+    log(`versus ${scenario.name}, ${rps} req/s, round ${round}/${plan.tierRounds}: ${name}`);
+    const { run, window } = await measureWatched(ghz, target, scenario, load);
+    runs.push(run);
+    tierRuns.set(name, [...(tierRuns.get(name) ?? []), run]);
+    if (window) windows.set(name, [...(windows.get(name) ?? []), window]);
   }
-  return [...entries.values()];
+  for (const [name, serviceRuns] of tierRuns) {
+    const entry = entries.get(name)!;
+    const tier = summarizeTier(rps, serviceRuns);
+    const tail = summarizeTail(windows.get(name) ?? []);
+    const verdict = entry.breakRps !== null ? 'past-break' : tierBroke(tier) ? 'break' : 'ok';
+    if (verdict === 'break') entry.breakRps = rps;
+    entry.tiers.push({ ...tier, ...(tail ? { tail } : {}), verdict });
+    if (rps === plan.costRps) entry.cost = tier.cost;
+  }
+}
+
+/** A measured run, framed by the service's loop probe when it has one. */
+async function measureWatched(
+  ghz: Ghz,
+  target: Measured,
+  scenario: Scenario,
+  load: Parameters<typeof measure>[3],
+): Promise<{ run: RunResult; window?: LoopWindow }> {
+  const probe = target.service.loopProbe;
+  // The first window, since the last run, is only closed: what is counted is the run's.
+  await probe?.window();
+  const run = await measure(ghz, target, scenario, load);
+  return probe ? { run, window: await probe.window() } : { run };
 }

@@ -1,5 +1,6 @@
 import type { RunResult } from './measure.js';
 import { median } from './stats.js';
+import type { TierTail } from './tailDiagnostics.js';
 
 /**
  * The pure half of the comparison with envoyproxy/ratelimit (bench/versus.ts): the order of its
@@ -32,6 +33,10 @@ export interface VersusTier {
   errorRate: number;
   /** Of all the rounds' calls, the share answered OK within Envoy's 20 ms timeout. */
   goodput: number;
+  /** What a decision cost at this rate, the median of the rounds'; null without rounds. */
+  cost: VersusCost | null;
+  /** The service's event loop and GC over the rounds, with `--tail-diagnostics` only. */
+  tail?: TierTail;
   verdict: 'ok' | 'break' | 'past-break';
 }
 
@@ -79,6 +84,7 @@ export function summarizeTier(
     errors: requests - ok,
     errorRate: requests > 0 ? (requests - ok) / requests : 1,
     goodput: requests > 0 ? inTime / requests : 0,
+    cost: medianCost(runs.map(costOf)),
   };
 }
 

@@ -3,7 +3,8 @@
 //   node --import ./scripts/loop-delay.mjs dist/main.js
 //
 // It prints one JSON line to stderr when the process exits, and on SIGUSR2, which then starts
-// counting again (so start-up can be left out): the loop delay's percentiles, the turns held past
+// counting again (so start-up can be left out): the loop delay's percentiles, the GC pauses (count,
+// total and longest, and so by kind: minor, major, incremental, weakcb), the turns held past
 // LOOP_DELAY_LONG_MS (5 by default), how much of them garbage collection explains (a GC pause
 // overlapping the turn), and how much CPU the process used meanwhile: a long turn with little CPU
 // is one the machine did not schedule this process, not one its own work held. With
@@ -25,7 +26,12 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { monitorEventLoopDelay, performance, PerformanceObserver } from 'node:perf_hooks';
+import {
+  constants,
+  monitorEventLoopDelay,
+  performance,
+  PerformanceObserver,
+} from 'node:perf_hooks';
 import { setImmediate, setInterval, setTimeout } from 'node:timers';
 import { freePort } from './freePort.mjs';
 
@@ -33,6 +39,14 @@ const self = fileURLToPath(import.meta.url);
 
 if (process.argv[1] === self) await measure(process.argv.slice(2));
 else watchLoop();
+
+/** V8's kinds of collection, as a 'gc' entry's detail.kind gives them. */
+const GC_KINDS = {
+  [constants.NODE_PERFORMANCE_GC_MINOR]: 'minor',
+  [constants.NODE_PERFORMANCE_GC_MAJOR]: 'major',
+  [constants.NODE_PERFORMANCE_GC_INCREMENTAL]: 'incremental',
+  [constants.NODE_PERFORMANCE_GC_WEAKCB]: 'weakcb',
+};
 
 function watchLoop() {
   const longMs = Number(process.env.LOOP_DELAY_LONG_MS ?? 5);
@@ -43,14 +57,24 @@ function watchLoop() {
   const pauses = [];
   let gcMs = 0;
   let gcCount = 0;
-  new PerformanceObserver((list) => {
-    for (const entry of list.getEntries()) {
+  let gcMaxMs = 0;
+  let gcByKind = {};
+  const countPauses = (entries) => {
+    for (const entry of entries) {
       pauses.push({ start: entry.startTime, end: entry.startTime + entry.duration });
       gcMs += entry.duration;
       gcCount += 1;
+      gcMaxMs = Math.max(gcMaxMs, entry.duration);
+      const kind = GC_KINDS[entry.detail?.kind] ?? 'other';
+      const byKind = (gcByKind[kind] ??= { count: 0, totalMs: 0, maxMs: 0 });
+      byKind.count += 1;
+      byKind.totalMs += entry.duration;
+      byKind.maxMs = Math.max(byKind.maxMs, entry.duration);
     }
     while (pauses.length > 0 && pauses[0].end < performance.now() - 60_000) pauses.shift();
-  }).observe({ entryTypes: ['gc'] });
+  };
+  const observer = new PerformanceObserver((list) => countPauses(list.getEntries()));
+  observer.observe({ entryTypes: ['gc'] });
 
   // A 1 ms tick: a tick that comes late by more than longMs ended a long turn.
   const fresh = () => ({
@@ -97,6 +121,8 @@ function watchLoop() {
   tick.unref();
 
   const report = () => {
+    // The observer hears of a pause a tick late: count those not yet delivered in this report.
+    countPauses(observer.takeRecords());
     const used = process.cpuUsage(since);
     const ms = (ns) => Number((ns / 1e6).toFixed(2));
     const line = {
@@ -116,7 +142,21 @@ function watchLoop() {
         cpuMsInside: Number(long.cpuMs.toFixed(1)),
         descheduled: long.descheduled,
       },
-      gc: { count: gcCount, totalMs: Number(gcMs.toFixed(1)) },
+      gc: {
+        count: gcCount,
+        totalMs: Number(gcMs.toFixed(1)),
+        maxMs: Number(gcMaxMs.toFixed(2)),
+        byKind: Object.fromEntries(
+          Object.entries(gcByKind).map(([kind, k]) => [
+            kind,
+            {
+              count: k.count,
+              totalMs: Number(k.totalMs.toFixed(1)),
+              maxMs: Number(k.maxMs.toFixed(2)),
+            },
+          ]),
+        ),
+      },
       cpuMs: Number(((used.user + used.system) / 1000).toFixed(0)),
       node: process.version,
     };
@@ -127,7 +167,8 @@ function watchLoop() {
     report();
     histogram.reset();
     long = fresh();
-    gcMs = gcCount = 0;
+    gcMs = gcCount = gcMaxMs = 0;
+    gcByKind = {};
     since = process.cpuUsage();
   });
 }

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { startBareServer, type BareKind } from '../../bench/bareServer.js';
+import { difference, redisCommandCalls } from '../../bench/probes.js';
 import { createRateLimitClient } from '@tollgate/client';
+import { startRedis } from '../support/redis.js';
 import { callCheck, d } from '../support/tollgate.js';
 
 // The benchmark's baselines must speak the same RPC as tollgate, or the comparison means nothing.
@@ -17,6 +19,31 @@ describe.each<BareKind>(['grpc-js', 'http2'])('the bare %s baseline', (kind) => 
     } finally {
       client.close();
       bare.stop();
+    }
+  });
+});
+
+describe('the node:http2 floor with one Redis round trip', () => {
+  it('answers OK after exactly one script call per check, and UNAVAILABLE once Redis is gone', async () => {
+    const redis = await startRedis();
+    const bare = await startBareServer('http2-redis', '127.0.0.1', 0, redis.url);
+    const client = createRateLimitClient(`127.0.0.1:${bare.port}`);
+    try {
+      const request = { domain: 'any', descriptors: [d('k', 'v'), d('k2', 'v2')] };
+      await callCheck(client, request); // the first call may load the script (EVAL on NOSCRIPT)
+      const before = await redisCommandCalls(redis.client);
+      for (let i = 0; i < 5; i += 1) {
+        const response = await callCheck(client, request);
+        expect(response.overall_code).toBe('OK');
+      }
+      const calls = difference(await redisCommandCalls(redis.client), before);
+      expect(calls).toEqual({ evalsha: 5, 'evalsha.usec': expect.any(Number) });
+      await redis.kill();
+      await expect(callCheck(client, request)).rejects.toMatchObject({ code: 14 });
+    } finally {
+      client.close();
+      bare.stop();
+      await redis.stop();
     }
   });
 });

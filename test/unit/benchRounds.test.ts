@@ -16,6 +16,12 @@ import { versusTargets } from '../../bench/results.js';
 import type { VersusEntry, VersusResults } from '../../bench/versus.js';
 import { nodeBinary, nodeInstallDir, parseNodeVersion } from '../../bench/runtime.js';
 import {
+  loopDelayArgs,
+  parseLoopWindow,
+  summarizeTail,
+  type LoopWindow,
+} from '../../bench/tailDiagnostics.js';
+import {
   alternate,
   costOf,
   medianCost,
@@ -90,6 +96,17 @@ describe('rounds', () => {
     expect(tierBroke(failing)).toBe(true);
   });
 
+  it("gives each tier the median of its rounds' cost per decision", () => {
+    const tier = summarizeTier(1_000, [
+      run({ cpu: { service: 30, redis: 5, ghz: 50 } }),
+      run({ cpu: { service: 10, redis: 3, ghz: 50 } }),
+      run({ cpu: { service: 20, redis: 4, ghz: 50 } }),
+    ]);
+    expect(tier.cost?.serviceUs).toBeCloseTo(200);
+    expect(tier.cost?.redisUs).toBeCloseTo(40);
+    expect(summarizeTier(1_000, []).cost).toBeNull();
+  });
+
   it('gives CPU per decision as the median of the rounds, in µs', () => {
     // 30% of a core for 10 s over 10,000 calls: 300 µs each.
     const cost = costOf(run({ cpu: { service: 30, redis: 5, ghz: 50 } }));
@@ -109,12 +126,18 @@ describe('rounds', () => {
 });
 
 describe("the comparison's report", () => {
-  it("shows each tier's p99, goodput and errors, each service's Node, and the targets met or missed", () => {
-    const entry = (service: string, goodput: number): VersusEntry => ({
+  it("shows each tier's p99, goodput and errors, floors included, each service's Node, and the targets met or missed", () => {
+    const entry = (
+      service: string,
+      goodput: number,
+      floor?: VersusEntry['floor'],
+      p99 = 2,
+    ): VersusEntry => ({
       service,
-      closedLoop: summarizeClosedLoop([run({}), run({})]),
+      ...(floor ? { floor } : {}),
+      closedLoop: summarizeClosedLoop(floor ? [] : [run({}), run({})]),
       cost: costOf(run({})),
-      tiers: [{ ...summarizeTier(3_000, [run({})]), goodput, verdict: 'ok' }],
+      tiers: [{ ...summarizeTier(3_000, [run({ p99 })]), goodput, verdict: 'ok' }],
       breakRps: null,
     });
     const versus: VersusResults = {
@@ -133,7 +156,12 @@ describe("the comparison's report", () => {
         {
           scenario: 'one-descriptor',
           title: 'one descriptor',
-          entries: [entry('reference', 0.9995), entry('tollgate-fixed', 0.99)],
+          entries: [
+            entry('reference', 0.9995),
+            entry('tollgate-fixed', 0.99),
+            entry('bare-http2', 0.9999, 'no-redis', 1.6),
+            entry('bare-http2-redis', 0.9998, 'one-round-trip', 1.8),
+          ],
         },
       ],
       admission: [],
@@ -164,9 +192,114 @@ describe("the comparison's report", () => {
     expect(text).toContain('| the reference | 10s | — (Go) |');
     expect(text).toContain('0.50 / 2.00, 99.95%, 0 errors');
     expect(text).toContain('0.50 / 2.00, 99.00%, 0 errors');
-    expect(text).toMatch(/\| goodput within 20 ms, [^|]+ \| ≥ 1\.00× \| 0\.99× \| missed \|/);
-    expect(text).toMatch(/\| p99 at 3,000 req\/s, one-descriptor \| ≤ 1\.00× \| 1\.00× \| met \|/);
+    expect(text).toContain('| bare-http2 | 0.50 / 1.60, 99.99%, 0 errors |');
+    expect(text).toContain('| bare-http2-redis | 0.50 / 1.80, 99.98%, 0 errors |');
+    // The floor with a Redis round trip reports Redis's CPU; the plain one has none.
+    expect(text).toMatch(/\| bare-http2-redis \| — \| 200 \(1\.00×\) \| 40 \(1\.00×\) \|/);
+    expect(text).toMatch(/\| bare-http2 \| — \| 200 \(1\.00×\) \| — \| — \|/);
+    expect(text).not.toMatch(/\| goodput within 20 ms/);
+    expect(text).toMatch(
+      /\| p99 at 3,000 req\/s ÷ the node:http2 floor's, one-descriptor \| ≤ 1\.25× \| 1\.25× \| met \|/,
+    );
+    expect(text).not.toContain('event loop delay');
     expect(text).toMatch(/\| exactness: [^|]+ \| = the limit, \? \| n\/a \| missed \|/);
+  });
+});
+
+describe('tail diagnostics', () => {
+  const window = (p99Ms: number, maxMs: number, minor: number, major = 0): LoopWindow => ({
+    loopDelay: { p50Ms: 1, p99Ms, maxMs },
+    gc: {
+      count: minor + (major ? 1 : 0),
+      totalMs: minor * 0.5 + major,
+      maxMs: Math.max(minor ? 0.5 : 0, major),
+      byKind: {
+        minor: { count: minor, totalMs: minor * 0.5, maxMs: 0.5 },
+        ...(major ? { major: { count: 1, totalMs: major, maxMs: major } } : {}),
+      },
+    },
+  });
+
+  it("reads scripts/loop-delay.mjs's line, and sums a tier's rounds: medians of p50 and p99, the worst max", () => {
+    const line =
+      '{"loopDelay":{"p50Ms":1.06,"p99Ms":10.19,"p999Ms":10.19,"maxMs":10.19},"longTurns":{},' +
+      '"gc":{"count":2,"totalMs":9.6,"maxMs":9.22,"byKind":{"minor":{"count":1,"totalMs":0.4,"maxMs":0.38},' +
+      '"major":{"count":1,"totalMs":9.2,"maxMs":9.22}}},"cpuMs":83}';
+    expect(parseLoopWindow(line).gc.byKind.major).toEqual({ count: 1, totalMs: 9.2, maxMs: 9.22 });
+    expect(() => parseLoopWindow('{"cpuMs":1}')).toThrow(/not a loop-delay report/);
+    const tail = summarizeTail([window(3, 4, 10), window(9, 30, 20, 12), window(5, 6, 30)]);
+    expect(tail).toEqual({
+      rounds: 3,
+      loopDelayMs: { p50: 1, p99: 5, max: 30 },
+      gc: {
+        count: 61,
+        totalMs: 42,
+        maxMs: 12,
+        byKind: {
+          minor: { count: 60, totalMs: 30, maxMs: 0.5 },
+          major: { count: 1, totalMs: 12, maxMs: 12 },
+        },
+      },
+    });
+    expect(summarizeTail([])).toBeNull();
+    expect(loopDelayArgs('/srv/tollgate')).toEqual([
+      '--import',
+      'file:///srv/tollgate/scripts/loop-delay.mjs',
+    ]);
+  });
+
+  it('reports them per tier under the scenario, only when a tier has them', () => {
+    const tail = summarizeTail([window(3, 4, 10, 2)])!;
+    const tier = { ...summarizeTier(1_000, [run({})]), tail, verdict: 'ok' as const };
+    const versus: VersusResults = {
+      services: [],
+      costRps: 3_000,
+      scenarios: [
+        {
+          scenario: 'one-descriptor',
+          title: 'one descriptor',
+          entries: [
+            {
+              service: 'tollgate-fixed',
+              closedLoop: summarizeClosedLoop([run({})]),
+              cost: null,
+              tiers: [tier],
+              breakRps: null,
+            },
+          ],
+        },
+      ],
+      admission: [],
+      runs: [],
+      tailDiagnostics: 'tollgate-fixed',
+    };
+    const text = versusReport({
+      name: 'versus-quick',
+      mode: 'quick',
+      command: 'npm run bench -- --versus --quick --tail-diagnostics',
+      startedAt: '2026-12-01T00:00:00.000Z',
+      durationSeconds: 120,
+      machine: {
+        cpuModel: 'cpu',
+        cores: 2,
+        memoryGiB: 4,
+        kernel: '6',
+        node: 'v24.0.0',
+        redis: '7',
+        ghz: 'v0.121.0',
+        loadAverage: { start: 1, end: 1 },
+      },
+      plan: makePlan('quick'),
+      versus,
+      targets: [],
+    });
+    expect(text).toContain(
+      'With `--tail-diagnostics`: tollgate-fixed ran with scripts/loop-delay.mjs',
+    );
+    expect(text).toContain("tollgate-fixed's event loop delay");
+    expect(text).toContain(
+      '| 1,000 | 1.00 / 3.00 / 4.00 | 11 | 7.0 | 2.00 | minor 10, 5.0 / 0.50; major 1, 2.0 / 2.00 |',
+    );
   });
 });
 
