@@ -5,6 +5,7 @@ import {
   type ScriptArgs,
 } from '../src/store/script.js';
 import { loadFixedWindowScript } from '../src/store/fixedWindowScript.js';
+import { decisionCode } from '../src/store/library.js';
 import type { CounterCheck } from '../src/store/Store.js';
 import { HASH_COMMANDS, STRING_COMMANDS } from './scriptCost.js';
 
@@ -159,27 +160,13 @@ function replaceOnce(text: string, from: string | RegExp, to: string, what: stri
   return text.replace(from, () => to);
 }
 
-const BATCH = "if ARGV[1] == 'batch' then";
-
 /**
- * lua/plain_fixed_window.lua as a library: its definitions run once, at FUNCTION LOAD; the
- * callback sets KEYS and ARGV (upvalues of its helpers, not globals) from its parameters and
- * resets the clock read once per call, then runs the script's own last lines.
+ * The plain fixed-window code (its body, as the library holds it) as a library of its own, whose
+ * one function is its entry point.
  */
-export function plainAsLibrary(fn: string, script = loadFixedWindowScript()): string {
-  assertOnce(script, BATCH, `"${BATCH}"`);
-  assertOnce(script, /^local redis_now$/m, '`local redis_now`');
-  const at = script.indexOf(BATCH);
-  return [
-    `#!lua name=${fn}`,
-    'local KEYS, ARGV',
-    script.slice(0, at),
-    `redis.register_function('${fn}', function(keys, args)`,
-    'KEYS, ARGV, redis_now = keys, args, nil',
-    script.slice(at),
-    'end)',
-    '',
-  ].join('\n');
+export function plainAsLibrary(fn: string, body = decisionCode().bodies.fixedWindow): string {
+  assertOnce(body, /^local function plain_fixed_window\(/m, 'its entry point');
+  return `#!lua name=${fn}\n${body}\nredis.register_function('${fn}', plain_fixed_window)\n`;
 }
 
 /**
@@ -187,7 +174,7 @@ export function plainAsLibrary(fn: string, script = loadFixedWindowScript()): st
  * SET … PX on a window's first write (the TTL that PEXPIRE set) and SET … KEEPTTL after. The
  * stored w's text is written back as it was read; everything else is the script's own.
  */
-export function packedScript(script = loadFixedWindowScript()): string {
+export function packedScript(script = decisionCode().bodies.fixedWindow): string {
   let text = replaceOnce(
     script,
     /^local function write\(key, j, at_text, count, ttl\)\n[\s\S]*?\nend\n/m,
@@ -251,6 +238,7 @@ function bothCalls(id: string, title: string, body: string, counts: number[], ar
 export function instructionVariants(): CountedVariant[] {
   const decision = loadDecisionScript();
   const plain = loadFixedWindowScript();
+  const { library } = decisionCode();
   const counts = [1, 3];
   const variants: CountedVariant[] = [
     ...counts.map((n) => ({
@@ -270,12 +258,21 @@ export function instructionVariants(): CountedVariant[] {
       args: plainArgs(n),
     })),
     ...counts.map((n) => ({
+      id: 'decision',
+      title: "tollgate's decision script",
+      via: 'FCALL' as const,
+      counters: n,
+      code: library.code,
+      fn: library.functions.decision,
+      args: (i: number) => decideArgs(keys(i, n).map(check), TIME),
+    })),
+    ...counts.map((n) => ({
       id: 'plain',
       title: "tollgate's plain fixed-window script",
       via: 'FCALL' as const,
       counters: n,
-      code: plainAsLibrary('bench_plain_hash', plain),
-      fn: 'bench_plain_hash',
+      code: library.code,
+      fn: library.functions.fixedWindow,
       args: plainArgs(n),
     })),
     ...counts.map((n) => ({
@@ -283,7 +280,7 @@ export function instructionVariants(): CountedVariant[] {
       title: 'the same logic on a packed string counter (GET, SET … PX or KEEPTTL)',
       via: 'FCALL' as const,
       counters: n,
-      code: plainAsLibrary('bench_plain_packed', packedScript(plain)),
+      code: plainAsLibrary('bench_plain_packed', packedScript()),
       fn: 'bench_plain_packed',
       args: plainArgs(n),
     })),

@@ -44,6 +44,8 @@ export interface FunctionLibrary {
 }
 
 export interface DecisionCode {
+  /** Each entry point's code, the files joined, ending by defining its entry function. */
+  bodies: Readonly<Record<ScriptName, string>>;
   /** Each entry point as a script, for EVAL and EVALSHA. */
   scripts: Readonly<Record<ScriptName, string>>;
   library: FunctionLibrary;
@@ -84,7 +86,7 @@ export function decisionCode(): DecisionCode {
     );
   });
   const code = `#!lua name=${libraryName}\n${blocks.join('')}`;
-  cached = { scripts, library: { name: libraryName, code, functions } };
+  cached = { bodies, scripts, library: { name: libraryName, code, functions } };
   return cached;
 }
 
