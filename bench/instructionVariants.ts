@@ -179,15 +179,13 @@ export function packedScript(script = decisionCode().bodies.fixedWindow): string
     script,
     /^local function write\(key, j, at_text, count, ttl\)\n[\s\S]*?\nend\n/m,
     `local function write(key, j, at_text, count, ttl)
-  local w_text, set = s[j - 3], nil
-  if w_text then
-    set = redis.pcall('SET', key, at_text .. ':' .. w_text .. ':' .. string.format('%d', count),
-      'KEEPTTL')
+  local set
+  local value = at_text .. ':' .. string.format('%d', s[j - 5]) .. ':' .. string.format('%d', count)
+  if s[j - 3] then
+    set = redis.pcall('SET', key, value, 'KEEPTTL')
   else
-    w_text = string.format('%d', s[j - 5])
-    set = redis.pcall('SET', key, at_text .. ':' .. w_text .. ':' .. string.format('%d', count),
-      'PX', ttl)
-    s[j - 3] = w_text
+    set = redis.pcall('SET', key, value, 'PX', ttl)
+    s[j - 3] = true
   end
   if set.err then error(refused(set, 'set')) end
 end
@@ -198,26 +196,19 @@ end
     text,
     `    local raw = redis.pcall('HMGET', KEYS[k + i], 't', 'w', 'c')
     if raw.err then return refused(raw, 'hmget') end
-    local t, w, c = raw[1], raw[2], nil
+    local t, w, c = raw[1], raw[2], raw[3]
 `,
     `    local raw = redis.pcall('GET', KEYS[k + i])
     if type(raw) == 'table' then return refused(raw, 'get') end
-    local t, w, c, count_text = nil, nil, nil, nil
+    local t, w, c = nil, nil, nil
     if raw then
-      t, w, count_text = string.match(raw, '^([^:]+):([^:]+):([^:]+)$')
+      t, w, c = string.match(raw, '^([^:]+):([^:]+):([^:]+)$')
       if not t then return FOREIGN end
     end
 `,
     'its HMGET of a counter',
   );
-  return replaceOnce(
-    text,
-    `    if raw[3] then
-      c = tonumber(raw[3])`,
-    `    if count_text then
-      c = tonumber(count_text)`,
-    'its read of c',
-  );
+  return text;
 }
 
 function bothCalls(id: string, title: string, body: string, counts: number[], args = keysOnly) {

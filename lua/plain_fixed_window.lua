@@ -1,11 +1,11 @@
 --[[
-plain_fixed_window.lua: the decision script for requests whose every counter is a plain fixed
+plain_fixed_window.lua: the decision code for requests whose every counter is a plain fixed
 window. It decides exactly as dispatch.lua does for such counters, on the same keys and hash
-fields (t, w, c; see fixed_window.lua), with the same reply, so either script continues a counter
-that the other wrote. It is a script of its own, with its own SHA, because Redis runs a whole
-script chunk on every call: the general script pays each time for what these requests never use
-(defining every algorithm and helper, six arguments and nine flags per counter, a table per
-counter).
+fields (t, w, c; see fixed_window.lua), so either continues a counter that the other wrote. It is
+an entry point of its own (a function of the library beside dispatch.lua's, or a script of its own
+where functions are refused), with arguments and a reply of its own, because the general code
+pays for what these requests never use (six arguments and nine flags per counter, a table per
+counter, the flags' logic).
 
 Why Lua: Redis runs a script to completion before it serves any other command, so reading the
 counters, deciding and writing them back is one indivisible step, in one round trip.
@@ -27,9 +27,12 @@ Batch mode: ARGV[1] = 'batch', ARGV[2] = the clock skew tolerated, then per requ
 holds the requests' keys one request after another. Requests are decided in order, and Redis TIME
 is read once, as in dispatch.lua.
 
-Reply: as dispatch.lua's decide mode, { allowed, fits_1, remaining_1, reset_ms_1, fits_2, ...,
-now }, or, for a request whose counter key holds what tollgate did not write, an error reply,
-with nothing of that request written; in batch mode, { reply_1, reply_2, ... }.
+Reply: { allowed, remaining_1, reset_ms_1, remaining_2, ... }, or, for a request whose counter
+key holds what tollgate did not write, an error reply, with nothing of that request written; in
+batch mode, { reply_1, reply_2, ... }. Whether each counter fits is not sent: the caller knows it
+from the rest (src/store/fixedWindowScript.ts). Plain: a counter of an allowed request fits; of a
+denied one, nothing was consumed and it fits when its cost fits what remains. Reference: it fits
+when its count, which remaining is, is at most L.
 
 Plain counting: the request is allowed when every counter fits (c + max(cost, 1) <= L), and then
 each counter consumes its cost. A plain request never shares a key between two counters: the
@@ -60,6 +63,30 @@ end
 
 local FOREIGN = { err = 'WRONGTYPE a counter key holds a value that tollgate did not write' }
 
+-- What Redis spends on this code, apart from its commands, is mostly converting between strings
+-- and numbers (tonumber is a strtod), making strings (each is hashed and interned) and tables. So:
+-- - The texts that repeat from call to call (windows, limits, costs, a window's index) are
+--   converted once and kept in `numbers`, which a function keeps between calls. At most 4,096
+--   are kept; then it starts again. A script, which would start it afresh on every call, keeps
+--   none (the entry point's third argument).
+-- - A request formats its time once (Redis would write a number with "%.17g", a slower
+--   conversion than string.format's "%d").
+-- - The common cost, 1, is compared as a string (interned: one pointer comparison).
+-- - A counter still in its window is written without w, which holds that window already.
+-- - Tables are made at their size: a table that grows is copied at every power of 2.
+local numbers, kept, keeping = {}, 0, true
+local function number(text)
+  local n = numbers[text]
+  if n then return n end
+  n = tonumber(text)
+  -- x - x is 0 for every finite number, and NaN for NaN and the infinities.
+  if not n or n - n ~= 0 then return nil end
+  if not keeping then return n end
+  if kept == 4096 then numbers, kept = {}, 0 end
+  numbers[text], kept = n, kept + 1
+  return n
+end
+
 -- Writes counter j of the state s below (see decide): its time and count, and, on its first write
 -- in a window, the window and the TTL. A failed write fails the whole call, as must() does.
 local s
@@ -79,58 +106,47 @@ local function write(key, j, at_text, count, ttl)
   end
 end
 
--- What Redis spends on this script, apart from its commands, is mostly converting between strings
--- and numbers (tonumber is a strtod, string.format a sprintf) and growing tables. So each argument
--- and field is converted once; the common cost, 1, is compared as a string (Lua interns strings,
--- so that is one pointer comparison); a request formats its time once; a counter still in its
--- window is written without w, which holds that window already; and tables are made at their size.
-
 -- Decides one request: its n counters are KEYS[k + 1 .. k + n], their arguments start at ARGV[a],
 -- 3 per counter. Returns the reply described above.
 local function decide(k, a, n, now, slack, reference)
-  -- Per counter, 7 slots: its time, window index, count, the stored w (nil when it is another
-  -- window's: the counter's first write in this window sets w and the TTL), W, L and cost.
-  -- Sized for 3 counters, as is the reply: a table that grows is copied at every power of 2.
+  -- Per counter, 7 slots: its time, window index, count, whether it holds this window already
+  -- (nil when it is another window's: the counter's first write in this window sets w and the
+  -- TTL), W, L and cost. Sized for 3 counters, as is the reply.
   s = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
   local allowed = true
   for i = 1, n do
     local raw = redis.pcall('HMGET', KEYS[k + i], 't', 'w', 'c')
     if raw.err then return refused(raw, 'hmget') end
-    local t, w, c = raw[1], raw[2], nil
-    -- x - x is 0 for every finite number, and NaN for NaN and the infinities.
+    local t, w, c = raw[1], raw[2], raw[3]
+    local at = now
     if t then
       t = tonumber(t)
       if not t or t - t ~= 0 then return FOREIGN end
+      if t > at then at = t end
     end
-    local stored = w
     if w then
-      w = tonumber(w)
-      if not w or w - w ~= 0 then return FOREIGN end
+      w = number(w)
+      if not w then return FOREIGN end
     end
-    if raw[3] then
-      c = tonumber(raw[3])
+    if c then
+      c = tonumber(c)
       if not c or c - c ~= 0 then return FOREIGN end
     end
     local b = a + 3 * i - 3
-    local window, limit, cost = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), ARGV[b + 2]
-    if cost == '1' then cost = 1 else cost = tonumber(cost) end
-    local at = now
-    if t and t > at then at = t end
+    local window, limit, cost = number(ARGV[b]), number(ARGV[b + 1]), ARGV[b + 2]
+    if cost == '1' then cost = 1 else cost = number(cost) end
     local index = (at - at % window) / window
-    if w ~= index then
-      c, stored = 0, nil
-    elseif not c then
-      c = 0
-    end
+    local holds = w == index or nil
+    if not holds or not c then c = 0 end
     local j = 7 * i
     s[j - 6], s[j - 5], s[j - 4], s[j - 3], s[j - 2], s[j - 1], s[j] =
-      at, index, c, stored, window, limit, cost
+      at, index, c, holds, window, limit, cost
     if not reference and c + (cost > 0 and cost or 1) > limit then allowed = false end
   end
 
-  local reply = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+  local reply = { 0, 0, 0, 0, 0, 0, 0 }
   -- The reply ends at its first nil.
-  reply[3 * n + 2], reply[3 * n + 3] = now, nil
+  reply[2 * n + 2] = nil
   local now_text = string.format('%d', now)
   if reference then
     local first = {}
@@ -148,7 +164,7 @@ local function decide(k, a, n, now, slack, reference)
         write(key, j, at == now and now_text or string.format('%d', at), count, rest + slack)
       end
       if count > limit then allowed = false end
-      reply[3 * i - 1], reply[3 * i], reply[3 * i + 1] = count <= limit and 1 or 0, count, rest
+      reply[2 * i], reply[2 * i + 1] = count, rest
     end
   else
     for i = 1, n do
@@ -156,22 +172,18 @@ local function decide(k, a, n, now, slack, reference)
       local at, index, count, window, limit, cost = s[j - 6], s[j - 5], s[j - 4], s[j - 2],
         s[j - 1], s[j]
       local rest = window - (at - index * window)
-      local need = cost > 0 and cost or 1
-      local fits, reset = 0, rest
-      if need > limit then
-        reset = -1
-      elseif count + need <= limit then
-        fits = 1
-      end
+      -- A cost that exceeds L never fits: no reset would help.
+      if (cost > 0 and cost or 1) > limit then rest = -1 end
       -- Allowed: every counter fits, so its whole cost is added, never past L.
       if allowed and cost > 0 then
         count = count + cost
-        write(KEYS[k + i], j, at == now and now_text or string.format('%d', at), count, rest + slack)
+        write(KEYS[k + i], j, at == now and now_text or string.format('%d', at), count,
+          window - (at - index * window) + slack)
       end
       -- A count over L (the limit was lowered since) leaves nothing.
       local remaining = limit - count
       if remaining < 0 then remaining = 0 end
-      reply[3 * i - 1], reply[3 * i], reply[3 * i + 1] = fits, remaining, reset
+      reply[2 * i], reply[2 * i + 1] = remaining, rest
     end
   end
   reply[1] = allowed and 1 or 0
@@ -190,10 +202,9 @@ local function clock(given, slack)
   end
   return redis_now, 0
 end
-
--- The entry point: one call, in decide or batch mode.
-local function plain_fixed_window(keys, argv)
-  KEYS, ARGV, redis_now = keys, argv, nil
+-- The entry point: one call, in decide or batch mode. `script`: run as a script, not a function.
+local function plain_fixed_window(keys, argv, script)
+  KEYS, ARGV, redis_now, keeping = keys, argv, nil, not script
   if ARGV[1] == 'batch' then
     local replies, k, a = {}, 0, 3
     while a <= #ARGV do

@@ -5,8 +5,6 @@ import {
   batchCall,
   decideArgs,
   decideCall,
-  readBatch,
-  readDecision,
   readPartDecision,
   refundable,
   refundArgs,
@@ -190,10 +188,10 @@ function slotBatchers(
   options: Pick<ClusterStoreOptions, 'batchLimit' | 'batchWindowMs'>,
 ): OneSlotDecide {
   const { call, classify, skewToleranceMs } = path;
-  const sendOne = (checks: readonly CounterCheck[], nowMs: number | undefined) =>
-    call(decideCall(checks, { nowMs, skewToleranceMs }), (reply) =>
-      readDecision(reply, checks.length),
-    );
+  const sendOne = (checks: readonly CounterCheck[], nowMs: number | undefined) => {
+    const decided = decideCall(checks, { nowMs, skewToleranceMs });
+    return call(decided, (reply) => decided.read(reply));
+  };
   const limit = options.batchLimit ?? 1;
   if (limit <= 1) return (_slot, checks, nowMs) => sendOne(checks, nowMs);
 
@@ -204,9 +202,8 @@ function slotBatchers(
       windowMs: options.batchWindowMs ?? 0,
       sendOne,
       async sendBatch(requests) {
-        const decided = await call(batchCall(requests, skewToleranceMs), (reply) =>
-          readBatch(reply, requests),
-        );
+        const batch = batchCall(requests, skewToleranceMs);
+        const decided = await call(batch, (reply) => batch.read(reply));
         // A request whose counter failed gets its error; the others their decisions.
         return decided.map((one) => (one instanceof Error ? classify(one) : one));
       },

@@ -1,5 +1,5 @@
 import type { BatchedDecide, DecideTime, ScriptArgs } from './scriptCall.js';
-import type { CounterCheck } from './Store.js';
+import type { CounterCheck, CounterResult, StoreDecision } from './Store.js';
 import { decisionCode } from './library.js';
 
 /**
@@ -81,4 +81,37 @@ export function fixedWindowBatchArgs(
 /** The 3 arguments of each counter: W, L and the cost. */
 function pushCounters(args: ScriptArgs, checks: readonly CounterCheck[]): void {
   for (const check of checks) args.push(check.windowMs, check.limit, check.cost);
+}
+
+/**
+ * The reply of a decide call, { allowed, remaining_1, reset_ms_1, ... } (see the script's header),
+ * as the store's decision. Whether each counter fits follows from the rest. Plain counting: every
+ * counter of an allowed request fits; of a denied one, nothing was consumed, and a counter fits
+ * when its cost (at least 1) fits what remains. Reference counting: remaining is the counter's
+ * count after the call, and it fits when that is at most its limit.
+ */
+export function readFixedWindow(
+  reply: unknown,
+  checks: readonly CounterCheck[],
+  counting: FixedWindowCounting,
+): StoreDecision {
+  if (!Array.isArray(reply) || reply.length !== 1 + 2 * checks.length) {
+    const text = JSON.stringify(reply) ?? String(reply);
+    throw new Error(
+      `ERR unexpected reply from the plain fixed-window code: ${text.length > 200 ? `${text.slice(0, 200)}...` : text}`,
+    );
+  }
+  const numbers = reply as number[];
+  const allowed = numbers[0] === 1;
+  const results: CounterResult[] = [];
+  for (let i = 0; i < checks.length; i++) {
+    const check = checks[i] as CounterCheck;
+    const remaining = numbers[2 * i + 1] as number;
+    const fits =
+      counting === 'reference'
+        ? remaining <= check.limit
+        : allowed || Math.max(check.cost, 1) <= remaining;
+    results.push({ fits, remaining, resetMs: numbers[2 * i + 2] as number });
+  }
+  return { allowed, results };
 }

@@ -67,10 +67,11 @@ export function decisionCode(): DecisionCode {
 
   const scripts = {} as Record<ScriptName, string>;
   for (const name of NAMES) {
-    // The chunk's own locals KEYS and ARGV shadow the globals that EVAL sets: kept first.
+    // The chunk's own locals KEYS and ARGV shadow the globals that EVAL sets: kept first. The
+    // third argument tells the entry point it runs as a script, which keeps nothing between calls.
     scripts[name] =
       'local EVAL_KEYS, EVAL_ARGV = KEYS, ARGV\n' +
-      `${bodies[name]}\nreturn ${ENTRIES[name].entry}(EVAL_KEYS, EVAL_ARGV)\n`;
+      `${bodies[name]}\nreturn ${ENTRIES[name].entry}(EVAL_KEYS, EVAL_ARGV, true)\n`;
   }
 
   const hash = createHash('sha256');

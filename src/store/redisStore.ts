@@ -11,14 +11,7 @@ import { withDeadline } from './deadline.js';
 import { createSilenceWatch } from './silence.js';
 import { classifyRedisError as classify } from './redisErrors.js';
 import { probeKey } from './keys.js';
-import {
-  batchCall,
-  decideCall,
-  probeArgs,
-  readBatch,
-  readDecision,
-  type ScriptCall,
-} from './script.js';
+import { batchCall, decideCall, probeArgs, readDecision, type ScriptCall } from './script.js';
 import {
   createDecisionCalls,
   type CodePath,
@@ -314,23 +307,24 @@ function batchedDecide(
     windowMs: options.batchWindowMs ?? 0,
     async sendOne(checks, nowMs) {
       try {
-        const reply = await decide(decideCall(checks, { nowMs, skewToleranceMs }));
-        return readDecision(reply, checks.length);
+        const call = decideCall(checks, { nowMs, skewToleranceMs });
+        return call.read(await decide(call));
       } catch (error) {
         throw explain(error);
       }
     },
     async sendBatch(requests) {
+      const call = batchCall(requests, skewToleranceMs);
       let reply: unknown;
       try {
-        reply = await decide(batchCall(requests, skewToleranceMs));
+        reply = await decide(call);
       } catch (error) {
         throw explain(error);
       }
       // A request whose counter failed gets its error; the others their decisions.
-      return readBatch(reply, requests).map((decided) =>
-        decided instanceof Error ? explain(decided) : decided,
-      );
+      return call
+        .read(reply)
+        .map((decided) => (decided instanceof Error ? explain(decided) : decided));
     },
   });
 }

@@ -6,6 +6,7 @@ import {
   fixedWindowArgs,
   fixedWindowBatchArgs,
   fixedWindowCounting,
+  readFixedWindow,
   type FixedWindowCounting,
 } from './fixedWindowScript.js';
 import { decisionCode, scriptSha, type ScriptName } from './library.js';
@@ -116,14 +117,34 @@ export interface ScriptCall {
   args: ScriptArgs;
 }
 
+/** A decide call for a whole request, and how to read its reply. */
+export interface DecideCall extends ScriptCall {
+  read(reply: unknown): StoreDecision;
+}
+
+/** A batch call, and how to read its reply: each request's decision or its own error. */
+export interface BatchCall extends ScriptCall {
+  read(reply: unknown): (StoreDecision | Error)[];
+}
+
 /**
- * A decide call for a whole request: on the plain fixed-window script when every counter allows
- * it, otherwise on the decision script. Both reply alike (see `readDecision`).
+ * A decide call for a whole request: on the plain fixed-window entry point when every counter
+ * allows it, otherwise on the decision script. Each replies in its own way, which `read` knows.
  */
-export function decideCall(checks: readonly CounterCheck[], time: DecideTime): ScriptCall {
+export function decideCall(checks: readonly CounterCheck[], time: DecideTime): DecideCall {
   const counting = fixedWindowCounting(checks);
-  if (counting === undefined) return { script: 'decision', args: decideArgs(checks, time) };
-  return { script: 'fixedWindow', args: fixedWindowArgs(checks, time, counting) };
+  if (counting === undefined) {
+    return {
+      script: 'decision',
+      args: decideArgs(checks, time),
+      read: (reply) => readDecision(reply, checks.length),
+    };
+  }
+  return {
+    script: 'fixedWindow',
+    args: fixedWindowArgs(checks, time, counting),
+    read: (reply) => readFixedWindow(reply, checks, counting),
+  };
 }
 
 /** The reply of a decide call for a whole request: the store's decision, as it is returned. */
@@ -181,21 +202,30 @@ export function batchArgs(requests: readonly BatchedDecide[], skewToleranceMs: n
 }
 
 /**
- * A batch call: on the plain fixed-window script when every request of it may go there, otherwise
- * on the decision script. Both reply alike (see `readBatch`).
+ * A batch call: on the plain fixed-window entry point when every request of it may go there,
+ * otherwise on the decision script.
  */
-export function batchCall(requests: readonly BatchedDecide[], skewToleranceMs: number): ScriptCall {
+export function batchCall(requests: readonly BatchedDecide[], skewToleranceMs: number): BatchCall {
   const countings: FixedWindowCounting[] = [];
   for (const request of requests) {
     const counting = fixedWindowCounting(request.checks);
     if (counting === undefined) {
-      return { script: 'decision', args: batchArgs(requests, skewToleranceMs) };
+      return {
+        script: 'decision',
+        args: batchArgs(requests, skewToleranceMs),
+        read: (reply) =>
+          readBatch(reply, requests, (own, { checks }) => readDecision(own, checks.length)),
+      };
     }
     countings.push(counting);
   }
   return {
     script: 'fixedWindow',
     args: fixedWindowBatchArgs(requests, countings, skewToleranceMs),
+    read: (reply) =>
+      readBatch(reply, requests, (own, { checks }, i) =>
+        readFixedWindow(own, checks, countings[i] as FixedWindowCounting),
+      ),
   };
 }
 
@@ -204,9 +234,10 @@ export function batchCall(requests: readonly BatchedDecide[], skewToleranceMs: n
  * request that failed alone (its counter is not one of tollgate's), or the error of a reply that
  * cannot be read.
  */
-export function readBatch(
+function readBatch(
   reply: unknown,
   requests: readonly BatchedDecide[],
+  readOne: (own: unknown, request: BatchedDecide, i: number) => StoreDecision,
 ): (StoreDecision | Error)[] {
   if (!Array.isArray(reply) || reply.length !== requests.length) {
     throw new Error(`ERR unexpected reply from the decision script: ${describe(reply)}`);
@@ -215,7 +246,7 @@ export function readBatch(
     const own: unknown = reply[i];
     if (own instanceof Error) return own;
     try {
-      return readDecision(own, request.checks.length);
+      return readOne(own, request, i);
     } catch (error) {
       return error as Error;
     }

@@ -74,16 +74,22 @@ async function run(
 ): Promise<StoreDecision> {
   const time = { nowMs, skewToleranceMs: 0 };
   const call =
-    script === 'decision' ? { script, args: decideArgs(checks, time) } : decideCall(checks, time);
+    script === 'decision'
+      ? {
+          script,
+          args: decideArgs(checks, time),
+          read: (reply: unknown) => readDecision(reply, checks.length),
+        }
+      : decideCall(checks, time);
   expect(call.script).toBe(script);
   const [numKeys, ...rest] = call.args as [number, ...(string | number)[]];
   const lua = script === 'decision' ? decision : fixedWindow;
-  if (!persist) return readDecision(await redis.client.eval(lua, numKeys, ...rest), checks.length);
+  if (!persist) return call.read(await redis.client.eval(lua, numKeys, ...rest));
   const transaction = redis.client.multi().eval(lua, numKeys, ...rest);
   for (const key of new Set(checks.map((check) => check.key))) transaction.persist(key);
   const [[error, reply]] = (await transaction.exec()) as [[Error | null, unknown]];
   if (error) throw error;
-  return readDecision(reply, checks.length);
+  return call.read(reply);
 }
 
 /**

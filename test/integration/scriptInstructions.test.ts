@@ -14,10 +14,10 @@ async function call(redis: TestRedis, variant: CountedVariant, i: number): Promi
   return redis.client.fcall(variant.fn!, numkeys!, ...rest);
 }
 
-/** A reply without its reset times and its now, which move with the clock. */
+/** A reply ({ allowed, remaining_1, reset_ms_1, ... }) without its reset times, which move with the clock. */
 function decision(reply: unknown): unknown[] {
   const numbers = reply as number[];
-  return numbers.slice(0, -1).filter((_, i) => i === 0 || i % 3 !== 0);
+  return numbers.filter((_, i) => i === 0 || i % 2 === 1);
 }
 
 describe('the script instruction bench', () => {
@@ -55,7 +55,7 @@ describe('the script instruction bench', () => {
     };
     for (const counters of [1, 3]) {
       const replies = (await through(counters)) ?? (await through(counters))!;
-      expect(replies.script![4]).toEqual([1, ...Array(counters).fill([1, 999_999_995]).flat()]);
+      expect(replies.script![4]).toEqual([1, ...Array(counters).fill(999_999_995)]);
       expect(replies.hash).toEqual(replies.script);
       expect(replies.packed).toEqual(replies.script);
       const hash = await redis.client.hgetall('tg:{2}:cost:0');
