@@ -13,9 +13,9 @@
 // Run as a script, it does a whole measurement on 127.0.0.1 and stops by itself:
 //
 //   node scripts/loop-delay.mjs --rps 1000 --seconds 20 [--warmup 5] [--node BIN] [--scenario three]
-//     [--server FILE] [-- FLAG...]
+//     [--server FILE] [--redis-url URL] [-- FLAG...]
 //
-// tollgate (dist/, built) on its in-memory store with fixed windows, ghz (PATH or .cache/ghz/)
+// tollgate (dist/, built) on its in-memory store (or the Redis of --redis-url) with fixed windows, ghz (PATH or .cache/ghz/)
 // sending one descriptor (or three) at a constant rate, 50 calls in flight on 4 connections, FLAGs
 // given to node. The loop is measured after a warm-up at the same rate. It prints ghz's p50/p99
 // beside the loop's numbers and the process's CPU per call. --server runs another entry point with
@@ -214,7 +214,7 @@ async function measure(args) {
     env: {
       ...process.env,
       CONFIG_PATH: join(work, 'rules.yaml'),
-      REDIS_URL: '',
+      REDIS_URL: flag('redis-url', ''),
       DEFAULT_ALGORITHM: 'fixed_window',
       GRPC_HOST: '127.0.0.1',
       GRPC_PORT: String(grpcPort),
