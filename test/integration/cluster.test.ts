@@ -104,14 +104,14 @@ function slotOf(entries: [string, string][], algorithm: Algorithm, tenantKey?: s
   return keySlot(key);
 }
 
-/** Script calls (EVALSHA and EVAL) per master port, from INFO commandstats. */
+/** Script calls (EVALSHA, EVAL and FCALL) per master port, from INFO commandstats. */
 async function scriptCalls(): Promise<Map<number, number>> {
   const calls = new Map<number, number>();
   for (const node of await cluster.nodes()) {
     if (node.role !== 'master') continue;
     const info = await cluster.client(node.port).info('commandstats');
     let count = 0;
-    for (const match of info.matchAll(/^cmdstat_(evalsha|eval):calls=(\d+)/gm)) {
+    for (const match of info.matchAll(/^cmdstat_(evalsha|eval|fcall):calls=(\d+)/gm)) {
       count += Number(match[2]);
     }
     calls.set(node.port, count);
