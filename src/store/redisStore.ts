@@ -17,6 +17,7 @@ import {
   probeArgs,
   readBatch,
   readDecision,
+  type ScriptArgs,
   type ScriptCall,
 } from './script.js';
 import {
@@ -449,7 +450,11 @@ function clusterBackend(
     };
   });
   const calls = createDecisionCalls(
-    { client: cluster, primaries: () => cluster.nodes('master') },
+    {
+      client: cluster,
+      primaries: () => cluster.nodes('master'),
+      nodeOf: (args) => primaryOf(cluster, args),
+    },
     options.functions ?? 'auto',
     options.onPath,
   );
@@ -490,6 +495,17 @@ function clusterBackend(
       cluster.disconnect();
     },
   };
+}
+
+/** The primary the slot map names for a call's first key, if it has one. */
+function primaryOf(cluster: Cluster, args: ScriptArgs): Redis | undefined {
+  const [numKeys, key] = args;
+  if (typeof numKeys !== 'number' || numKeys < 1 || key === undefined) return undefined;
+  const owner = cluster.slots[keySlot(String(key))]?.[0];
+  if (owner === undefined) return undefined;
+  return cluster
+    .nodes('master')
+    .find((node) => `${node.options.host}:${node.options.port}` === owner);
 }
 
 /** A probe key on a slot of each master that the slot map names, so the probe reaches them all. */

@@ -101,6 +101,29 @@ describe('the function library on Redis Cluster', () => {
     expect(await failedFcalls(owner)).toBe(1);
   });
 
+  it('a primary that lost it is not kept waiting by another primary that is stalled', async () => {
+    const check = counter('beside-a-stalled-one', 5);
+    expect(await allowed(check, 1)).toEqual([true]);
+    const owner = (await cluster.masterOf(keySlot(check.key))).port;
+    const other = (await masterPorts()).find((port) => port !== owner)!;
+    await cluster.client(owner).call('FUNCTION', 'FLUSH');
+    // Stalled for a second (less than the cluster's node timeout, so no failover follows).
+    const order: string[] = [];
+    const stalled = cluster
+      .client(other)
+      .call('DEBUG', 'SLEEP', '1')
+      .then(() => order.push('the stalled primary answered'));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const decided = store.decide([check], undefined).then((decision) => {
+      order.push('the check was decided');
+      return decision.allowed;
+    });
+    expect(await decided).toBe(true);
+    await stalled;
+    expect(order).toEqual(['the check was decided', 'the stalled primary answered']);
+    expect(await libraryNames(cluster.client(owner))).toEqual([LIBRARY]);
+  });
+
   it('a primary that joined later gets it from the first call to a slot moved to it', async () => {
     const check = counter('moved', 5);
     expect(await allowed(check, 3)).toEqual([true, true, true]);
