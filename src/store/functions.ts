@@ -20,7 +20,8 @@ import type { ScriptArgs } from './scriptCall.js';
  * A library that goes missing (a restart without persistence, FUNCTION FLUSH, a failover to a
  * replica that never had it) is loaded again by the call that finds it missing, which then runs
  * once more, within the same REDIS_TIMEOUT: nothing ran on the first try, so nothing is counted
- * twice. On a replica, FUNCTION LOAD answers READONLY, as the call itself would.
+ * twice. On a cluster it is loaded on the call's own primary, and on every primary only if the
+ * call still finds it missing. On a replica, FUNCTION LOAD answers READONLY, as the call would.
  */
 export type FunctionsSetting = 'auto' | 'on' | 'off';
 
@@ -57,6 +58,12 @@ export interface CallTarget {
   client: Redis | Cluster;
   /** Every node a library must be loaded on: the connection, or each primary of a cluster. */
   primaries(): Redis[];
+  /**
+   * On a cluster, the primary a call of these arguments goes to (by its first key's slot), so
+   * that a call which finds the library missing loads it there alone, and waits for no other
+   * primary (one may be stalled or down). Undefined where it is not known.
+   */
+  nodeOf?(args: ScriptArgs): Redis | undefined;
 }
 
 export function createDecisionCalls(
@@ -82,6 +89,7 @@ export function createDecisionCalls(
       : { kind: 'undecided', detail: 'no connection has answered yet' };
 
   const load = singleFlight(() => loadLibrary(target.primaries(), library.code));
+  const loadOn = singleFlightEach((node: Redis) => loadLibrary([node], library.code));
   // Two connections' choices at once (start-up, and a 'ready') share one.
   let choosing: Promise<void> | undefined;
   const chooseNow = async (send: Bounded): Promise<void> => {
@@ -97,15 +105,26 @@ export function createDecisionCalls(
     }
     onPath?.(path);
   };
+  // Each try that finds the library missing ran nothing, so trying again counts nothing twice.
   const viaFunction = async (script: ScriptName, args: ScriptArgs): Promise<unknown> => {
     const call = () => client.call('FCALL', library.functions[script], ...args);
     try {
       return await call();
     } catch (error) {
       if (!isMissing(error)) throw error;
-      await load();
-      return call();
     }
+    // The call's own primary first; every primary where the slot map misled (a slot mid-move).
+    const node = target.nodeOf?.(args);
+    if (node !== undefined) {
+      await loadOn(node);
+      try {
+        return await call();
+      } catch (error) {
+        if (!isMissing(error)) throw error;
+      }
+    }
+    await load();
+    return call();
   };
 
   return {
@@ -199,6 +218,19 @@ function singleFlight(run: () => Promise<void>): () => Promise<void> {
   return () => {
     running ??= run().finally(() => (running = undefined));
     return running;
+  };
+}
+
+/** As singleFlight, one flight per node. */
+function singleFlightEach(run: (node: Redis) => Promise<void>): (node: Redis) => Promise<void> {
+  const running = new Map<Redis, Promise<void>>();
+  return (node) => {
+    let flight = running.get(node);
+    if (flight === undefined) {
+      flight = run(node).finally(() => running.delete(node));
+      running.set(node, flight);
+    }
+    return flight;
   };
 }
 

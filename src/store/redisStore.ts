@@ -11,7 +11,14 @@ import { withDeadline } from './deadline.js';
 import { createSilenceWatch } from './silence.js';
 import { classifyRedisError as classify } from './redisErrors.js';
 import { probeKey } from './keys.js';
-import { batchCall, decideCall, probeArgs, readDecision, type ScriptCall } from './script.js';
+import {
+  batchCall,
+  decideCall,
+  probeArgs,
+  readDecision,
+  type ScriptArgs,
+  type ScriptCall,
+} from './script.js';
 import {
   createDecisionCalls,
   type CodePath,
@@ -445,7 +452,11 @@ function clusterBackend(
     };
   });
   const calls = createDecisionCalls(
-    { client: cluster, primaries: () => cluster.nodes('master') },
+    {
+      client: cluster,
+      primaries: () => cluster.nodes('master'),
+      nodeOf: (args) => primaryOf(cluster, args),
+    },
     options.functions ?? 'auto',
     options.onPath,
   );
@@ -486,6 +497,17 @@ function clusterBackend(
       cluster.disconnect();
     },
   };
+}
+
+/** The primary the slot map names for a call's first key, if it has one. */
+function primaryOf(cluster: Cluster, args: ScriptArgs): Redis | undefined {
+  const [numKeys, key] = args;
+  if (typeof numKeys !== 'number' || numKeys < 1 || key === undefined) return undefined;
+  const owner = cluster.slots[keySlot(String(key))]?.[0];
+  if (owner === undefined) return undefined;
+  return cluster
+    .nodes('master')
+    .find((node) => `${node.options.host}:${node.options.port}` === owner);
 }
 
 /** A probe key on a slot of each master that the slot map names, so the probe reaches them all. */

@@ -7,10 +7,13 @@ import { raceRules } from '../support/raceRules.js';
 // The race from the brief: four service processes share one Redis, and 2,000 concurrent
 // requests go to one key with limit N. Read-decide-write is one script, so exactly N
 // are allowed, whichever instance answers. Windows are an hour long so no boundary interferes.
+// Two of the processes call functions (REDIS_FUNCTIONS=on) and two send scripts (off), so each
+// race runs both call paths on the same counter at once.
 
 const LIMIT = 100;
 const REQUESTS = 2_000;
 const PROCESSES = 4;
+const PATHS = ['on', 'off'] as const;
 const RULES = raceRules('race', LIMIT);
 
 let redis: TestRedis;
@@ -20,7 +23,18 @@ beforeAll(async () => {
   redis = await startRedis();
   const env = { REDIS_URL: redis.url, REDIS_TIMEOUT: '5s' };
   instances.push(
-    ...(await Promise.all(Array.from({ length: PROCESSES }, () => spawnTollgate(RULES, env)))),
+    ...(await Promise.all(
+      Array.from({ length: PROCESSES }, (_, i) =>
+        spawnTollgate(RULES, { ...env, REDIS_FUNCTIONS: PATHS[i % 2]! }),
+      ),
+    )),
+  );
+  // Each took the path it was told to.
+  const paths = await Promise.all(
+    instances.map(async (instance) => (await fetch(`${instance.httpUrl}/rlconfig`)).text()),
+  );
+  expect(paths.map((text) => /^# redis calls: (\w+)/.exec(text)?.[1])).toEqual(
+    instances.map((_, i) => (PATHS[i % 2] === 'on' ? 'functions' : 'scripts')),
   );
 }, 60_000);
 

@@ -1,5 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
 import { counterKey } from '../../src/store/keys.js';
+import { decisionCode } from '../../src/store/library.js';
+import { CALL_PATHS } from '../support/redis.js';
 import { loadSummary, underLoad, waitFor, type LoadCall } from '../support/redisCluster.js';
 import { startRedisSentinel, type TestSentinel } from '../support/redisSentinel.js';
 import {
@@ -14,7 +17,8 @@ import {
 
 // tollgate behind Redis Sentinel: it finds the master through the sentinels, in either URL form,
 // and follows a failover by itself. Every call made during the failover answers within
-// REDIS_TIMEOUT plus a margin, and calls recover without a restart.
+// REDIS_TIMEOUT plus a margin, and calls recover without a restart, on either call path: the
+// function library comes with the replica, and a promoted replica that lost it loads it again.
 
 const RULES = `
 domain: api
@@ -66,11 +70,27 @@ describe('through the sentinels', () => {
   });
 });
 
-describe('SENTINEL FAILOVER under load', () => {
+describe('a replica', () => {
+  it('refuses FUNCTION FLUSH and FUNCTION DELETE: it can lose the library only with its master', async () => {
+    const replica = sentinel.client((await replicaPorts())[0]!);
+    await expect(replica.call('FUNCTION', 'FLUSH')).rejects.toThrow(/^READONLY/);
+    await expect(replica.call('FUNCTION', 'DELETE', 'tollgate_0000000000000000')).rejects.toThrow(
+      /^READONLY/,
+    );
+  });
+});
+
+describe.each(CALL_PATHS)('SENTINEL FAILOVER under load, calls as %s', (path) => {
   it('recovers by itself, and every call answers within the timeout plus a margin', async () => {
-    tollgate = await startOnSentinel(sentinel.url, { REDIS_TIMEOUT: `${TIMEOUT_MS}ms` });
+    tollgate = await startOnSentinel(sentinel.url, {
+      REDIS_TIMEOUT: `${TIMEOUT_MS}ms`,
+      REDIS_FUNCTIONS: path === 'functions' ? 'on' : 'off',
+    });
     const client = tollgate;
     const request = { domain: 'api', descriptors: [d('tenant', 'acme')] };
+    const dataPorts = [await sentinel.masterPort(), ...(await replicaPorts())];
+    // From here on, a failed call on a data node is one of this test's.
+    await Promise.all(dataPorts.map((port) => sentinel.client(port).config('RESETSTAT')));
     let moved = { from: 0, to: 0 };
     const { calls, window } = await underLoad(
       async () => codes(await client.check(request))[0]!,
@@ -83,7 +103,7 @@ describe('SENTINEL FAILOVER under load', () => {
       },
     );
     console.log(
-      loadSummary(`sentinel failover ${moved.from} -> ${moved.to}`, calls) +
+      loadSummary(`sentinel failover (${path}) ${moved.from} -> ${moved.to}`, calls) +
         `, failover window ${window[1] - window[0]} ms`,
     );
     expect(moved.to).not.toBe(moved.from);
@@ -94,10 +114,39 @@ describe('SENTINEL FAILOVER under load', () => {
       .slice(-20);
     expect(last.map((call) => call.answer)).toEqual(last.map(() => 'OK'));
     // The new master holds the counter.
-    const counters = (await sentinel.client(moved.to).keys('tg:*')).filter((k) => !isProbeKey(k));
+    const promoted = sentinel.client(moved.to);
+    const counters = (await promoted.keys('tg:*')).filter((k) => !isProbeKey(k));
     expect(counters.length).toBeGreaterThan(0);
+    if (path === 'scripts') return;
+
+    // The library came with the replica's data: no call on it found the library missing.
+    expect(await libraryNames(promoted)).toEqual([decisionCode().library.name]);
+    expect(await failedFcalls(promoted)).toBe(0);
+    // A promoted replica that then lost it: the next check loads it again, and is decided.
+    await promoted.call('FUNCTION', 'FLUSH');
+    expect(codes(await client.check(request))[0]).toBe('OK');
+    expect(await libraryNames(promoted)).toEqual([decisionCode().library.name]);
+    expect(await failedFcalls(promoted)).toBeGreaterThanOrEqual(1);
   }, 60_000);
 });
+
+/** The data nodes that are replicas now. */
+async function replicaPorts(): Promise<number[]> {
+  const master = sentinel.client(await sentinel.masterPort());
+  const info = await master.info('replication');
+  return [...info.matchAll(/^slave\d+:ip=[^,]+,port=(\d+)/gm)].map((match) => Number(match[1]));
+}
+
+async function libraryNames(node: Redis): Promise<string[]> {
+  const listed = (await node.call('FUNCTION', 'LIST')) as unknown[][];
+  return listed.map((entry) => String(entry[1]));
+}
+
+/** FCALLs that failed on a node since its last RESETSTAT ("ERR Function not found" among them). */
+async function failedFcalls(node: Redis): Promise<number> {
+  const info = await node.info('commandstats');
+  return Number(/^cmdstat_fcall:.*failed_calls=(\d+)/m.exec(info)?.[1] ?? 0);
+}
 
 function expectAnsweredInTime(calls: LoadCall[]) {
   for (const answer of new Set(calls.map((call) => call.answer))) {
