@@ -7,7 +7,9 @@ import { answerOk, answerStatus, answerUnavailable, listenHttp2 } from './http2F
  * that runs the Redis commands an exact decision on hash counters read with Redis TIME cannot do
  * without, and nothing else: TIME, then for each counter HMGET key t w c and HSET key t <ms> c.
  * It decides nothing (c is a constant, the reply is ignored), so what it costs Redis is the least
- * any such design costs: the call, its commands and the round trip.
+ * any such design costs with one call per request: the call, its commands and the round trip.
+ * It does not share calls among concurrent requests, as tollgate does under load, so tollgate
+ * can spend less than it.
  *
  * Steady state as tollgate's fixed windows: a counter's first write (its hash has no w) also
  * writes w and sets the TTL, as tollgate does on a window's first write; every later call finds
