@@ -3,7 +3,7 @@ import { BARE_KINDS, startBareServer, type BareKind } from './bareServer.js';
 /**
  * A bare server as its own process, so that it gets a whole event loop like tollgate does and its
  * CPU can be read from /proc. It listens on GRPC_PORT, serves BARE_KIND (grpc-js by default; the
- * http2-redis floor asks REDIS_URL), and prints its port once bound.
+ * floors that call Redis ask REDIS_URL), and prints its port once bound.
  */
 const kind = (BARE_KINDS as readonly string[]).includes(process.env.BARE_KIND ?? '')
   ? (process.env.BARE_KIND as BareKind)

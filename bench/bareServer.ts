@@ -1,8 +1,8 @@
-import { createServer, constants, type ServerHttp2Stream } from 'node:http2';
 import * as grpc from '@grpc/grpc-js';
 import { Redis } from 'ioredis';
-import { encodeResponse } from '../src/servers/grpc/codec.js';
 import { shouldRateLimitMethod } from '../src/core/protos.js';
+import { startHttp2WithCommands } from './commandsFloor.js';
+import { REPLY, answerOk, answerUnavailable, listenHttp2 } from './http2Floor.js';
 
 /**
  * The floors for a ShouldRateLimit server on this machine, answering one constant OK and decoding
@@ -13,13 +13,20 @@ import { shouldRateLimitMethod } from '../src/core/protos.js';
  *   best, before doing any work of its own;
  * - `http2-redis`: the same, with exactly one Redis round trip per call before the answer, and
  *   nothing decided: what any Node service that asks Redis once per decision adds to the tail, a
- *   diagnostic rather than a bar.
+ *   diagnostic rather than a bar;
+ * - `http2-commands`: the same, whose one call per request is an FCALL running exactly the Redis
+ *   commands of an exact decision on hash counters read with Redis TIME, and no logic around
+ *   them (commandsFloor.ts): the least Redis could spend on such a decision, so a Redis-CPU
+ *   target this floor misses is out of reach of any design of that kind.
  */
-export type BareKind = 'grpc-js' | 'http2' | 'http2-redis';
+export type BareKind = 'grpc-js' | 'http2' | 'http2-redis' | 'http2-commands';
 
-export const BARE_KINDS: readonly BareKind[] = ['grpc-js', 'http2', 'http2-redis'];
-
-const REPLY = encodeResponse({ code: 'OK', statuses: [{ code: 'OK', limitRemaining: 0 }] });
+export const BARE_KINDS: readonly BareKind[] = [
+  'grpc-js',
+  'http2',
+  'http2-redis',
+  'http2-commands',
+];
 
 /**
  * The round trip: an EVALSHA of `return 1`, defined as ioredis defines tollgate's decision script
@@ -39,7 +46,8 @@ export async function startBareServer(
 ): Promise<{ port: number; stop(): void }> {
   if (kind === 'grpc-js') return startGrpcJs(host, port);
   if (kind === 'http2') return startHttp2(host, port);
-  if (!redisUrl) throw new Error('the http2-redis floor needs a Redis URL');
+  if (!redisUrl) throw new Error(`the ${kind} floor needs a Redis URL`);
+  if (kind === 'http2-commands') return startHttp2WithCommands(host, port, redisUrl);
   return startHttp2WithRedis(host, port, redisUrl);
 }
 
@@ -64,54 +72,6 @@ async function startGrpcJs(host: string, port: number) {
     ),
   );
   return { port: bound, stop: () => server.forceShutdown() };
-}
-
-// One length-prefixed message: not compressed, then its length, big-endian.
-const FRAME = Buffer.alloc(5 + REPLY.length);
-FRAME.writeUInt32BE(REPLY.length, 1);
-REPLY.copy(FRAME, 5);
-
-function answerOk(stream: ServerHttp2Stream): void {
-  if (stream.destroyed) return;
-  stream.respond(
-    { [constants.HTTP2_HEADER_STATUS]: 200, 'content-type': 'application/grpc' },
-    { waitForTrailers: true },
-  );
-  stream.once('wantTrailers', () => stream.sendTrailers({ 'grpc-status': '0' }));
-  stream.end(FRAME);
-}
-
-/** A trailers-only UNAVAILABLE, so that a failed round trip shows as an error in ghz's counts. */
-function answerUnavailable(stream: ServerHttp2Stream): void {
-  if (stream.destroyed) return;
-  stream.respond(
-    {
-      [constants.HTTP2_HEADER_STATUS]: 200,
-      'content-type': 'application/grpc',
-      'grpc-status': String(grpc.status.UNAVAILABLE),
-    },
-    { endStream: true },
-  );
-}
-
-async function listenHttp2(
-  host: string,
-  port: number,
-  onCall: (stream: ServerHttp2Stream) => void,
-): Promise<{ port: number; stop(): void }> {
-  const server = createServer();
-  server.on('stream', (stream: ServerHttp2Stream) => {
-    stream.on('error', () => {});
-    stream.on('data', () => {});
-    stream.on('end', () => onCall(stream));
-  });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, host, resolve);
-  });
-  const address = server.address();
-  const bound = typeof address === 'object' && address ? address.port : port;
-  return { port: bound, stop: () => server.close() };
 }
 
 function startHttp2(host: string, port: number) {

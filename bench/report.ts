@@ -1,9 +1,10 @@
 import type { AdmissionResult } from './admission.js';
 import { GOODPUT_MS } from './ghz.js';
 import type { RunResult } from './measure.js';
-import type { BenchResults } from './results.js';
+import { REDIS_COST_TIERS, type BenchResults } from './results.js';
 import type { TierTail } from './tailDiagnostics.js';
 import type { VersusEntry } from './versus.js';
+import { hasClosedLoop } from './versusRounds.js';
 import { RLQS_DOMAIN, type RlqsResults } from './rlqs.js';
 import { BOUND_DOMAIN, STEADY_OVER, type RlqsBoundResults } from './rlqsBound.js';
 import { HEADLINE } from './scenarios.js';
@@ -377,9 +378,11 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
       `Goodput is the share of calls answered OK within ${GOODPUT_MS} ms, Envoy's default timeout for a rate-limit call, counted call by call; a failed call is never in time. ` +
       `CPU per decision is from /proc, the median of the rounds' at ${plan.versus.costRps} req/s, and in the closed loop; Redis commands per request, and the time Redis spent executing them, from INFO commandstats, a script's inner commands included; the rest of Redis's CPU reads, parses and answers the calls. ` +
       "The targets compare tollgate with fixed windows, the reference's semantics, with the reference, and its p99 with the node:http2 floor's. " +
-      'Three floors decide nothing: a bare grpc-js server, up to the cost tier; ' +
+      'Four floors decide nothing: a bare grpc-js server, up to the cost tier; ' +
       "Node's http2 module with the gRPC framing written by hand (bare-http2), at every tier; " +
-      'and the same making one Redis round trip per call, an EVALSHA of `return 1` on the same Redis (bare-http2-redis), at every tier.',
+      'the same making one Redis round trip per call, an EVALSHA of `return 1` on the same Redis (bare-http2-redis), at every tier; ' +
+      "and the same making one FCALL per call of exactly an exact decision's commands on hash counters, TIME then HMGET and HSET per descriptor (bare-http2-commands), " +
+      `at ${REDIS_COST_TIERS.map(rps).join(' and ')} req/s and in the closed loop: the least Redis spends on any such design.`,
     '',
     ...header(['service', 'REDIS_TIMEOUT', 'Node']),
     ...versus.services.map((service) =>
@@ -424,10 +427,11 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
       const none = entry.floor ? '—' : 'n/a';
       // The plain floors have no Redis; the one with a round trip has no closed loop.
       const redis = cost && entry.floor !== 'no-redis';
+      const closed = hasClosedLoop(entry);
       lines.push(
         row([
           entry.service,
-          entry.floor
+          !closed
             ? none
             : `${rps(entry.closedLoop.medianRps)}${ratio(entry.closedLoop.medianRps, reference?.closedLoop.medianRps)}`,
           cost ? micros(cost.serviceUs, reference?.cost?.serviceUs) : 'n/a',
@@ -436,7 +440,7 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
           entry.floor === 'no-redis'
             ? none
             : micros(redisAt(entry, REDIS_LOW_RPS), reference && redisAt(reference, REDIS_LOW_RPS)),
-          entry.floor ? none : micros(entry.closedLoop.redisUs, reference?.closedLoop.redisUs),
+          !closed ? none : micros(entry.closedLoop.redisUs, reference?.closedLoop.redisUs),
           redis ? cost.commandsPerRequest.toFixed(2) : none,
           redis ? cost.scriptCallsPerRequest.toFixed(2) : none,
         ]),

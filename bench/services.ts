@@ -18,6 +18,7 @@ export type ServiceName =
   | 'bare'
   | 'bare-http2'
   | 'bare-http2-redis'
+  | 'bare-http2-commands'
   | 'redis'
   | 'memory'
   | `redis-${string}`
@@ -199,9 +200,14 @@ const BARE: Record<BareKind, { name: ServiceName; title: string }> = {
     name: 'bare-http2-redis',
     title: 'node:http2 + one Redis round trip (EVALSHA of return 1), constant OK, decides nothing',
   },
+  'http2-commands': {
+    name: 'bare-http2-commands',
+    title:
+      "node:http2 + one FCALL running an exact decision's commands (TIME, HMGET and HSET a counter), constant OK, decides nothing",
+  },
 };
 
-/** A floor (bareServer.ts) as its own process; `redisUrl` only for the http2-redis one. */
+/** A floor (bareServer.ts) as its own process; `redisUrl` only for the ones that call Redis. */
 export async function startBare(
   benchDir: string,
   kind: BareKind = 'grpc-js',

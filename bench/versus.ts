@@ -4,7 +4,7 @@ import type { BareKind } from './bareServer.js';
 import { measure, type Measured, type RunResult } from './measure.js';
 import type { Plan } from './plan.js';
 import type { Scenario } from './scenarios.js';
-import { JUDGED } from './results.js';
+import { JUDGED, REDIS_COST_TIERS } from './results.js';
 import { log } from './series.js';
 import { summarizeTail, type LoopWindow } from './tailDiagnostics.js';
 import {
@@ -18,6 +18,7 @@ import {
 } from './services.js';
 import {
   alternate,
+  hasClosedLoop,
   summarizeClosedLoop,
   summarizeTier,
   tierBroke,
@@ -52,7 +53,10 @@ export type { VersusCost, VersusTier } from './versusRounds.js';
  * framing gRPC by hand, the floor the p99 targets compare with; and the same with one Redis round
  * trip per call, to tell what the round trip alone adds to the tail. The two node:http2 ones run
  * at every tier where a service still runs, past their own break too. They show what any server
- * on grpc-js, or any Node server at all, spends per call and adds to the tail.
+ * on grpc-js, or any Node server at all, spends per call and adds to the tail. A fourth, the
+ * commands floor, makes per call one FCALL of exactly the commands of an exact decision on hash
+ * counters (TIME, HMGET, HSET), at the rates where Redis's CPU is judged and in the closed loop:
+ * the least Redis spends on any such design, beside what the reference's costs.
  */
 export interface VersusPlan {
   closedSeconds: number;
@@ -73,7 +77,10 @@ export interface VersusPlan {
 
 export interface VersusEntry {
   service: string;
-  /** A bare server, with no closed loop: without Redis, or with one round trip per call. */
+  /**
+   * A bare server: without Redis, or with one round trip per call (neither runs the closed loop),
+   * or with one call of an exact decision's commands.
+   */
   floor?: FloorRedis;
   closedLoop: ClosedLoop;
   cost: VersusCost | null;
@@ -106,22 +113,30 @@ export interface VersusResults {
   tailDiagnostics?: string;
 }
 
-export type FloorRedis = 'no-redis' | 'one-round-trip';
+export type FloorRedis = 'no-redis' | 'one-round-trip' | 'exact-commands';
 
 /**
- * The floors, each with whether it runs at every tier where a service still runs, or only up to
- * the cost tier and its own break.
+ * The floors, each with the tiers it runs: every tier where a service still runs, only up to the
+ * cost tier and its own break, or only where Redis's CPU per decision is judged.
  */
-const FLOORS: { kind: BareKind; redis: FloorRedis; everyTier: boolean }[] = [
-  { kind: 'grpc-js', redis: 'no-redis', everyTier: false },
-  { kind: 'http2', redis: 'no-redis', everyTier: true },
-  { kind: 'http2-redis', redis: 'one-round-trip', everyTier: true },
+type FloorTiers = 'every' | 'up-to-cost' | 'redis-cost';
+const FLOORS: { kind: BareKind; redis: FloorRedis; tiers: FloorTiers }[] = [
+  { kind: 'grpc-js', redis: 'no-redis', tiers: 'up-to-cost' },
+  { kind: 'http2', redis: 'no-redis', tiers: 'every' },
+  { kind: 'http2-redis', redis: 'one-round-trip', tiers: 'every' },
+  { kind: 'http2-commands', redis: 'exact-commands', tiers: 'redis-cost' },
 ];
+
+const FLOOR_TIMEOUTS: Record<FloorRedis, string> = {
+  'no-redis': 'no Redis',
+  'one-round-trip': 'none (one EVALSHA per call)',
+  'exact-commands': 'none (one FCALL per call)',
+};
 
 interface Floor {
   target: Measured;
   redis: FloorRedis;
-  everyTier: boolean;
+  tiers: FloorTiers;
 }
 
 /** Another revision of tollgate, built by against.ts, measured as one more service. */
@@ -213,16 +228,16 @@ export async function runVersus(
     const targets: Measured[] = services.map((service) => ({ service, redis }));
     const node = options.node ?? BENCH_NODE;
     const floors: Floor[] = [];
-    for (const { kind, redis: floorRedis, everyTier } of FLOORS) {
-      const withRedis = floorRedis === 'one-round-trip';
+    for (const { kind, redis: floorRedis, tiers } of FLOORS) {
+      const withRedis = floorRedis !== 'no-redis';
       const service = await startBare(benchDir, kind, node, withRedis ? redis.url : undefined);
       started.push(service);
       floors.push({
         target: withRedis ? { service, redis } : { service },
         redis: floorRedis,
-        everyTier,
+        tiers,
       });
-      timeouts.set(service.name, withRedis ? 'none (one EVALSHA per call)' : 'no Redis');
+      timeouts.set(service.name, FLOOR_TIMEOUTS[floorRedis]);
     }
     const runs: RunResult[] = [];
     const scenarios: VersusScenario[] = [];
@@ -295,7 +310,11 @@ async function runScenario(
     ]),
   );
   const closedRuns = new Map<string, RunResult[]>();
-  for (const { round, item: target } of alternate(targets, plan.rounds)) {
+  const closedLoop = [
+    ...targets,
+    ...floors.filter((floor) => hasClosedLoop({ floor: floor.redis })).map((f) => f.target),
+  ];
+  for (const { round, item: target } of alternate(closedLoop, plan.rounds)) {
     log(`versus ${scenario.name}, closed loop ${round}/${plan.rounds}: ${target.service.name}`);
     const run = await measure(ghz, target, scenario, { ...closed, seconds: plan.closedSeconds });
     runs.push(run);
@@ -310,14 +329,13 @@ async function runScenario(
     const services = targets.filter(running);
     // The floors of every tier stand beside any service still running, past their own break
     // too, so that every p99 of a service has the floor's of the same rounds to compare with.
-    const atTier = [
-      ...services,
-      ...floors
-        .filter((floor) =>
-          floor.everyTier ? services.length > 0 : rps <= plan.costRps && running(floor.target),
-        )
-        .map((floor) => floor.target),
-    ];
+    const floorRuns = (floor: Floor) =>
+      floor.tiers === 'every'
+        ? services.length > 0
+        : floor.tiers === 'redis-cost'
+          ? REDIS_COST_TIERS.includes(rps) && services.length > 0
+          : rps <= plan.costRps && running(floor.target);
+    const atTier = [...services, ...floors.filter(floorRuns).map((floor) => floor.target)];
     if (atTier.length > 0) await runTier(ghz, scenario, atTier, rps, plan, runs, entries);
   }
   return [...entries.values()];

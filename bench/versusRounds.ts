@@ -17,6 +17,10 @@ export interface VersusCost {
   scriptCallsPerRequest: number;
 }
 
+/** Whether an entry has closed-loop figures: every service, and of the floors the commands one. */
+export const hasClosedLoop = (entry: { floor?: string }): boolean =>
+  entry.floor === undefined || entry.floor === 'exact-commands';
+
 /** One constant rate for one service, over its rounds. */
 export interface VersusTier {
   offeredRps: number;

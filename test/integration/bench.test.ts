@@ -203,6 +203,47 @@ describe('the comparison with envoyproxy/ratelimit', () => {
     results.scenarios[0]!.entries = [reference, tollgate];
     expect(versusTargets(results)[4]).toMatchObject({ value: null, met: false });
   });
+
+  it("notes on each Redis-CPU target the commands floor's own ratio, and when it misses the target itself", () => {
+    const reference = entry('reference', {});
+    const tollgate = entry('tollgate-fixed', {});
+    const commands = entry('bare-http2-commands', {
+      floor: 'exact-commands',
+      closedLoop: { runsRps: [2_000], medianRps: 2_000, serviceUs: 90, redisUs: 14 },
+      tiers: [1_000, 3_000].map((offeredRps) => ({
+        ...entry('', {}).tiers[0]!,
+        offeredRps,
+        cost: cost(offeredRps, 90, offeredRps === 1_000 ? 33 : 39),
+      })),
+    });
+    const results: VersusResults = {
+      services: [],
+      runs: [],
+      costRps: 3_000,
+      scenarios: [
+        { scenario: 'one-descriptor', title: '', entries: [reference, tollgate, commands] },
+      ],
+      admission: [],
+    };
+    const notes = Object.fromEntries(
+      versusTargets(results)
+        .filter((target) => /^Redis CPU/.test(target.name))
+        .map((target) => [target.name, target.note]),
+    );
+    expect(notes).toEqual({
+      'Redis CPU per decision at 1,000 req/s, one-descriptor':
+        '30 µs against 30 µs; Redis commands per request 2.00 against 2.00; the commands floor: 33 µs, 1.10×',
+      'Redis CPU per decision at 3,000 req/s, one-descriptor':
+        '30 µs against 30 µs; Redis commands per request 2.00 against 2.00; the commands floor: 39 µs, 1.30×, over the target itself',
+      'Redis CPU per decision, closed loop, one-descriptor':
+        '20 µs against 20 µs; the commands floor: 14 µs, 0.70×, over the target itself',
+    });
+    // Without the floor in the run, the notes say nothing of it.
+    results.scenarios[0]!.entries = [reference, tollgate];
+    expect(versusTargets(results).every((target) => !/commands floor/.test(target.note))).toBe(
+      true,
+    );
+  });
 });
 
 describe("the bench's judgements", () => {

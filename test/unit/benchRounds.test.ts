@@ -135,7 +135,9 @@ describe("the comparison's report", () => {
     ): VersusEntry => ({
       service,
       ...(floor ? { floor } : {}),
-      closedLoop: summarizeClosedLoop(floor ? [] : [run({}), run({})]),
+      closedLoop: summarizeClosedLoop(
+        floor && floor !== 'exact-commands' ? [] : [run({}), run({})],
+      ),
       cost: costOf(run({})),
       tiers: [{ ...summarizeTier(3_000, [run({ p99 })]), goodput, verdict: 'ok' }],
       breakRps: null,
@@ -161,6 +163,7 @@ describe("the comparison's report", () => {
             entry('tollgate-fixed', 0.99),
             entry('bare-http2', 0.9999, 'no-redis', 1.6),
             entry('bare-http2-redis', 0.9998, 'one-round-trip', 1.8),
+            entry('bare-http2-commands', 0.9997, 'exact-commands', 1.9),
           ],
         },
       ],
@@ -197,6 +200,13 @@ describe("the comparison's report", () => {
     // The floor with a Redis round trip reports Redis's CPU; the plain one has none.
     expect(text).toMatch(/\| bare-http2-redis \| — \| 200 \(1\.00×\) \| 40 \(1\.00×\) \|/);
     expect(text).toMatch(/\| bare-http2 \| — \| 200 \(1\.00×\) \| — \| — \|/);
+    // The commands floor also ran the closed loop, and reports Redis's CPU there.
+    const commandsRow = text.split('\n').find((line) => line.startsWith('| bare-http2-commands |'));
+    const reference = text.split('\n').find((line) => line.startsWith('| reference | '));
+    expect(commandsRow?.split('|').slice(2, 9)).toEqual(reference?.split('|').slice(2, 9));
+    expect(text).toMatch(
+      /\| Redis CPU per decision, closed loop, one-descriptor \|[^\n]*the commands floor: \d+ µs, 1\.00×/,
+    );
     expect(text).not.toMatch(/\| goodput within 20 ms/);
     expect(text).toMatch(
       /\| p99 at 3,000 req\/s ÷ the node:http2 floor's, one-descriptor \| ≤ 1\.25× \| 1\.25× \| met \|/,
