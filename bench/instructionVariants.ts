@@ -6,8 +6,7 @@ import {
 } from '../src/store/script.js';
 import { loadFixedWindowScript } from '../src/store/fixedWindowScript.js';
 import { decisionCode } from '../src/store/library.js';
-import type { CounterCheck } from '../src/store/Store.js';
-import { HASH_COMMANDS, STRING_COMMANDS } from './scriptCost.js';
+import { check, HASH_COMMANDS, STRING_COMMANDS } from './scriptCost.js';
 
 /**
  * The calls whose instructions `--script-cost --instructions` counts (bench/scriptInstructions.ts):
@@ -33,20 +32,6 @@ export interface CountedVariant {
 }
 
 export const TENANTS = 50;
-
-function check(key: string): CounterCheck {
-  return {
-    key,
-    algorithm: 'fixed_window',
-    windowMs: 60_000,
-    limit: 1_000_000_000,
-    burst: 1_000_000_000,
-    cost: 1,
-    shadow: false,
-    quota: false,
-    overdraw: false,
-  };
-}
 
 function keys(i: number, n: number): string[] {
   return Array.from({ length: n }, (_, k) => `tg:{${i}}:cost:${k}`);

@@ -56,7 +56,8 @@ for i = 1, #KEYS do
 end
 return 1`;
 
-function check(key: string): CounterCheck {
+/** One fixed-window counter of the bench's scripts: a minute, a limit never reached, cost 1. */
+export function check(key: string): CounterCheck {
   return {
     key,
     algorithm: 'fixed_window',

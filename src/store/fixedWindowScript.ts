@@ -1,4 +1,9 @@
-import type { BatchedDecide, DecideTime, ScriptArgs } from './scriptCall.js';
+import {
+  describeReply,
+  type BatchedDecide,
+  type DecideTime,
+  type ScriptArgs,
+} from './scriptCall.js';
 import type { CounterCheck, CounterResult, StoreDecision } from './Store.js';
 import { decisionCode } from './library.js';
 
@@ -96,9 +101,8 @@ export function readFixedWindow(
   counting: FixedWindowCounting,
 ): StoreDecision {
   if (!Array.isArray(reply) || reply.length !== 1 + 2 * checks.length) {
-    const text = JSON.stringify(reply) ?? String(reply);
     throw new Error(
-      `ERR unexpected reply from the plain fixed-window code: ${text.length > 200 ? `${text.slice(0, 200)}...` : text}`,
+      `ERR unexpected reply from the plain fixed-window code: ${describeReply(reply)}`,
     );
   }
   const numbers = reply as number[];

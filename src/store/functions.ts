@@ -72,6 +72,7 @@ export function createDecisionCalls(
   onPath?: (path: CodePath) => void,
 ): DecisionCalls {
   const { scripts, library } = decisionCode();
+  const decisionSha = scriptSha(scripts.decision);
   const client = target.client;
   client.defineCommand('tollgateDecide', { lua: scripts.decision });
   client.defineCommand('tollgateFixedWindow', { lua: scripts.fixedWindow });
@@ -137,7 +138,7 @@ export function createDecisionCalls(
       const lua = scripts.decision;
       return [
         await send(() => client.eval(lua, numKeys, ...rest)),
-        await send(() => client.evalsha(scriptSha(lua), numKeys, ...rest)),
+        await send(() => client.evalsha(decisionSha, numKeys, ...rest)),
       ];
     },
 

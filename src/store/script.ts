@@ -1,7 +1,12 @@
 // The decision script of lua/, joined into one, and its calls: the arguments a decision, a batch
 // or a refund sends, and the reading of their replies.
 import type { CounterCheck, CounterResult, StoreDecision } from './Store.js';
-import type { BatchedDecide, DecideTime, ScriptArgs } from './scriptCall.js';
+import {
+  describeReply,
+  type BatchedDecide,
+  type DecideTime,
+  type ScriptArgs,
+} from './scriptCall.js';
 import {
   fixedWindowArgs,
   fixedWindowBatchArgs,
@@ -174,7 +179,7 @@ export function readPartDecision(reply: unknown, count: number): CallDecision {
 /** allowed, `width` numbers per counter, then the time the call decided at. */
 function replyNumbers(reply: unknown, width: number, count: number): number[] {
   if (!Array.isArray(reply) || reply.length !== 2 + width * count) {
-    throw new Error(`ERR unexpected reply from the decision script: ${describe(reply)}`);
+    throw new Error(`ERR unexpected reply from the decision script: ${describeReply(reply)}`);
   }
   return reply as number[];
 }
@@ -240,7 +245,7 @@ function readBatch(
   readOne: (own: unknown, request: BatchedDecide, i: number) => StoreDecision,
 ): (StoreDecision | Error)[] {
   if (!Array.isArray(reply) || reply.length !== requests.length) {
-    throw new Error(`ERR unexpected reply from the decision script: ${describe(reply)}`);
+    throw new Error(`ERR unexpected reply from the decision script: ${describeReply(reply)}`);
   }
   return requests.map((request, i) => {
     const own: unknown = reply[i];
@@ -251,12 +256,6 @@ function readBatch(
       return error as Error;
     }
   });
-}
-
-/** A reply as an error message may show it: short, since a reply can hold a whole batch. */
-function describe(reply: unknown): string {
-  const text = JSON.stringify(reply) ?? String(reply);
-  return text.length > 200 ? `${text.slice(0, 200)}...` : text;
 }
 
 /** A refund call: gives back each counter's cost, consumed by a decide call at `atMs`. */

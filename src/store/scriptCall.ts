@@ -20,3 +20,9 @@ export interface BatchedDecide {
   checks: readonly CounterCheck[];
   nowMs: number | undefined;
 }
+
+/** A reply as an error message may show it: short, since a reply can hold a whole batch. */
+export function describeReply(reply: unknown): string {
+  const text = JSON.stringify(reply) ?? String(reply);
+  return text.length > 200 ? `${text.slice(0, 200)}...` : text;
+}
