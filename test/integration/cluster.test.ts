@@ -17,6 +17,7 @@ import type { RateLimitRequestObject } from '@tollgate/client';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { raceRules } from '../support/raceRules.js';
 import {
+  clusterStoreSettings,
   loadSummary,
   startRedisCluster,
   underLoad,
@@ -302,18 +303,7 @@ describe('a refund after time moved on', () => {
 describe('the cluster store and the in-memory store', () => {
   let store: Store;
   beforeAll(async () => {
-    const [first] = cluster.ports;
-    store = createRedisStore({
-      type: 'cluster',
-      host: '127.0.0.1',
-      port: first!,
-      nodes: cluster.ports.map((port) => ({ host: '127.0.0.1', port })),
-      username: undefined,
-      password: undefined,
-      db: 0,
-      tls: undefined,
-      timeoutMs: 2_000,
-    });
+    store = createRedisStore(clusterStoreSettings(cluster));
     await waitFor(() => store.ping().then(() => true));
   });
   afterAll(() => store?.close());

@@ -4,7 +4,12 @@ import { StoreError } from '../../src/core/errors.js';
 import { createRedisStore } from '../../src/store/redisStore.js';
 import { keySlot } from '../../src/store/slots.js';
 import type { CounterCheck, Store } from '../../src/store/Store.js';
-import { startRedisCluster, waitFor, type TestCluster } from '../support/redisCluster.js';
+import {
+  clusterStoreSettings,
+  startRedisCluster,
+  waitFor,
+  type TestCluster,
+} from '../support/redisCluster.js';
 import { codes, d, eventually, healthStatus, startTollgate } from '../support/tollgate.js';
 
 // REDIS_BATCH_LIMIT on Redis Cluster: requests whose counters share a slot, made together, go to
@@ -25,20 +30,7 @@ afterEach(async () => {
 });
 
 async function storeWith(batchLimit: number, timeoutMs = 2_000): Promise<Store> {
-  const store = createRedisStore(
-    {
-      type: 'cluster',
-      host: '127.0.0.1',
-      port: cluster.ports[0]!,
-      nodes: cluster.ports.map((port) => ({ host: '127.0.0.1', port })),
-      username: undefined,
-      password: undefined,
-      db: 0,
-      tls: undefined,
-      timeoutMs,
-    },
-    { batchLimit },
-  );
+  const store = createRedisStore(clusterStoreSettings(cluster, timeoutMs), { batchLimit });
   stores.push(store);
   await waitFor(() => store.ping().then(() => true));
   return store;

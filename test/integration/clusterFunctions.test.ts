@@ -8,7 +8,12 @@ import { keySlot } from '../../src/store/slots.js';
 import type { CounterCheck } from '../../src/store/Store.js';
 import { createProcessGroup, type ProcessGroup } from '../support/processGroup.js';
 import { freePort } from '../support/ports.js';
-import { startRedisCluster, waitFor, type TestCluster } from '../support/redisCluster.js';
+import {
+  clusterStoreSettings,
+  startRedisCluster,
+  waitFor,
+  type TestCluster,
+} from '../support/redisCluster.js';
 
 // The cluster store's function library on a real Redis Cluster: loaded on every primary at the
 // first connection, loaded again on a primary that lost it, and loaded on a primary that joined
@@ -22,20 +27,7 @@ const LIBRARY = decisionCode().library.name;
 
 beforeAll(async () => {
   cluster = await startRedisCluster();
-  store = createRedisStore(
-    {
-      type: 'cluster',
-      host: '127.0.0.1',
-      port: cluster.ports[0]!,
-      nodes: cluster.ports.map((port) => ({ host: '127.0.0.1', port })),
-      username: undefined,
-      password: undefined,
-      db: 0,
-      tls: undefined,
-      timeoutMs: 2_000,
-    },
-    { functions: 'on' },
-  );
+  store = createRedisStore(clusterStoreSettings(cluster), { functions: 'on' });
   await store.firstConnection();
 }, 60_000);
 

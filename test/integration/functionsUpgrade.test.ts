@@ -1,9 +1,9 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Algorithm } from '../../src/rules/types.js';
 import { createMemoryStore } from '../../src/store/memoryStore.js';
 import type { BatchedDecide } from '../../src/store/script.js';
 import type { CounterCheck, Store, StoreDecision } from '../../src/store/Store.js';
+import { checkOf, counterSpec, type CounterSpec } from '../support/counterTraces.js';
 import { previousInstance, type PreviousInstance } from '../support/previousRelease.js';
 import { CALL_PATHS, openPathStore, startRedis, type TestRedis } from '../support/redis.js';
 
@@ -26,47 +26,12 @@ afterAll(async () => {
 // and Redis expires keys by its own (see storeEquivalence.test.ts).
 const SKEW_MS = 600_000;
 
-const counterSpec = fc.record({
-  algorithm: fc.constantFrom<Algorithm>('fixed_window', 'sliding_window', 'token_bucket'),
-  windowMs: fc.constantFrom(1_000, 7_000, 60_000, 3_600_000),
-  limit: fc.integer({ min: 0, max: 12 }),
-  extraBurst: fc.integer({ min: 0, max: 5 }),
-  shadow: fc.boolean(),
-  quota: fc.boolean(),
-  overdraw: fc.boolean(),
-  reference: fc.option(
-    fc.record({ stop: fc.boolean(), held: fc.boolean(), cached: fc.boolean() }),
-    {
-      freq: 2,
-    },
-  ),
-});
+const counter = counterSpec([1_000, 7_000, 60_000, 3_600_000], fc.integer({ min: 0, max: 12 }));
 const step = fc.record({
   advanceMs: fc.oneof(fc.integer({ min: 0, max: 50 }), fc.integer({ min: 0, max: 30_000 })),
   counters: fc.uniqueArray(fc.integer({ min: 0, max: 3 }), { minLength: 1, maxLength: 3 }),
   cost: fc.integer({ min: 0, max: 4 }),
 });
-
-type Spec = typeof counterSpec extends fc.Arbitrary<infer T> ? T : never;
-
-function checkOf(spec: Spec, key: string, cost: number): CounterCheck {
-  const burst =
-    spec.algorithm === 'token_bucket' && spec.limit > 0 ? spec.limit + spec.extraBurst : spec.limit;
-  return {
-    key,
-    algorithm: spec.algorithm,
-    windowMs: spec.windowMs,
-    limit: spec.limit,
-    burst,
-    cost,
-    shadow: spec.shadow,
-    quota: spec.quota,
-    overdraw: spec.overdraw,
-    ...(spec.reference && spec.algorithm === 'fixed_window'
-      ? { reference: { ...spec.reference } }
-      : {}),
-  };
-}
 
 describe.each(CALL_PATHS)('an upgrade, then calls as %s', (path) => {
   let store: Store;
@@ -88,7 +53,7 @@ describe.each(CALL_PATHS)('an upgrade, then calls as %s', (path) => {
     let run = 0;
     await fc.assert(
       fc.asyncProperty(
-        fc.array(counterSpec, { minLength: 4, maxLength: 4 }),
+        fc.array(counter, { minLength: 4, maxLength: 4 }),
         fc.array(step, { minLength: 2, maxLength: 30 }),
         fc.integer({ min: 1, max: 29 }),
         fc.integer({ min: 1_600_000_000_000, max: 1_900_000_000_000 }),
@@ -101,7 +66,7 @@ describe.each(CALL_PATHS)('an upgrade, then calls as %s', (path) => {
             for (const [n, { advanceMs, counters, cost }] of steps.entries()) {
               now += advanceMs;
               const checks = counters.map((i) =>
-                checkOf(specs[i] as Spec, `up:{${path}${run}}:${i}`, cost),
+                checkOf(specs[i] as CounterSpec, `up:{${path}${run}}:${i}`, cost),
               );
               const upgraded = n >= upgradeAt;
               const decider = upgraded ? store : previous;
@@ -110,7 +75,7 @@ describe.each(CALL_PATHS)('an upgrade, then calls as %s', (path) => {
               for (const i of counters) {
                 if (!upgraded) byOld.add(i);
                 else if (byOld.delete(i)) {
-                  const spec = specs[i] as Spec;
+                  const spec = specs[i] as CounterSpec;
                   const kind =
                     spec.reference && spec.algorithm === 'fixed_window'
                       ? 'reference'

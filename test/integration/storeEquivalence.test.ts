@@ -1,8 +1,8 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Algorithm } from '../../src/rules/types.js';
 import { createMemoryStore } from '../../src/store/memoryStore.js';
 import type { CounterCheck, Store } from '../../src/store/Store.js';
+import { checkOf, counterSpec } from '../support/counterTraces.js';
 import { CALL_PATHS, openPathStore, startRedis, type TestRedis } from '../support/redis.js';
 
 // Random request traces on one injected clock, through the in-memory store and through Redis:
@@ -19,23 +19,10 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-const algorithm = fc.constantFrom<Algorithm>('fixed_window', 'sliding_window', 'token_bucket');
-const counterSpec = fc.record({
-  algorithm,
-  windowMs: fc.constantFrom(1_000, 7_000, 60_000, 3_600_000, 31_536_000_000),
-  limit: fc.oneof(fc.integer({ min: 0, max: 12 }), fc.constantFrom(1_000, 4_294_967_295)),
-  extraBurst: fc.integer({ min: 0, max: 5 }),
-  shadow: fc.boolean(),
-  quota: fc.boolean(),
-  overdraw: fc.boolean(),
-  // COMPAT_MODE=reference's counting, for fixed windows.
-  reference: fc.option(
-    fc.record({ stop: fc.boolean(), held: fc.boolean(), cached: fc.boolean() }),
-    {
-      freq: 2,
-    },
-  ),
-});
+const counter = counterSpec(
+  [1_000, 7_000, 60_000, 3_600_000, 31_536_000_000],
+  fc.oneof(fc.integer({ min: 0, max: 12 }), fc.constantFrom(1_000, 4_294_967_295)),
+);
 const step = fc.record({
   advanceMs: fc.oneof(fc.integer({ min: 0, max: 50 }), fc.integer({ min: 0, max: 90_000 })),
   counters: fc.uniqueArray(fc.integer({ min: 0, max: 3 }), { minLength: 1, maxLength: 3 }),
@@ -67,7 +54,7 @@ describe.each(CALL_PATHS)('the in-memory store and Redis, calls as %s', (path) =
     let run = 0;
     await fc.assert(
       fc.asyncProperty(
-        fc.array(counterSpec, { minLength: 4, maxLength: 4 }),
+        fc.array(counter, { minLength: 4, maxLength: 4 }),
         fc.array(step, { minLength: 1, maxLength: 40 }),
         fc.integer({ min: 1_600_000_000_000, max: 1_900_000_000_000 }),
         async (specs, steps, start) => {
@@ -78,31 +65,9 @@ describe.each(CALL_PATHS)('the in-memory store and Redis, calls as %s', (path) =
             const trace: { checks: CounterCheck[]; nowMs: number }[] = [];
             for (const { advanceMs, counters, cost, twice } of steps) {
               now += advanceMs;
-              const checks: CounterCheck[] = counters.map((i) => {
-                const spec = specs[i]!;
-                // Token bucket rules with a burst must refill; keep rate 0 buckets burstless.
-                const burst =
-                  spec.algorithm === 'token_bucket' && spec.limit > 0
-                    ? spec.limit + spec.extraBurst
-                    : spec.limit;
-                return {
-                  key: `eq:{${path}${run}}:${i}`,
-                  algorithm: spec.algorithm,
-                  windowMs: spec.windowMs,
-                  limit: spec.limit,
-                  burst:
-                    spec.algorithm === 'token_bucket' && burst * spec.windowMs > 2 ** 52
-                      ? spec.limit
-                      : burst,
-                  cost,
-                  shadow: spec.shadow,
-                  quota: spec.quota,
-                  overdraw: spec.overdraw,
-                  ...(spec.reference && spec.algorithm === 'fixed_window'
-                    ? { reference: { ...spec.reference } }
-                    : {}),
-                };
-              });
+              const checks: CounterCheck[] = counters.map((i) =>
+                checkOf(specs[i]!, `eq:{${path}${run}}:${i}`, cost),
+              );
               const first = checks[0]!;
               if (twice !== null && first.reference) checks.push({ ...first, cost: twice });
               trace.push({ checks, nowMs: now });

@@ -1,4 +1,5 @@
 import { spawn, spawnSync } from 'node:child_process';
+import type { RedisSettings } from '../../src/process/settings.js';
 import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { createProcessGroup } from './processGroup.js';
@@ -307,4 +308,19 @@ export function loadSummary(label: string, calls: LoadCall[]): string {
       ? 'no failed call'
       : `failed calls started within ${Math.max(...failed.map((c) => c.at)) - Math.min(...failed.map((c) => c.at))} ms`;
   return `${label}: ${calls.length} calls, ${JSON.stringify(kinds)}, max latency ${maxMs} ms, ${span}`;
+}
+
+/** The cluster store's settings for a test cluster: every node named, no credentials, no TLS. */
+export function clusterStoreSettings(cluster: TestCluster, timeoutMs = 2_000): RedisSettings {
+  return {
+    type: 'cluster',
+    host: '127.0.0.1',
+    port: cluster.ports[0]!,
+    nodes: cluster.ports.map((port) => ({ host: '127.0.0.1', port })),
+    username: undefined,
+    password: undefined,
+    db: 0,
+    tls: undefined,
+    timeoutMs,
+  };
 }
