@@ -147,13 +147,27 @@ export async function startPair(
 }
 
 /**
- * Waits out the last 400 ms of a second whose minute or hour is about to turn: both services'
- * windows start at the same epoch-aligned instants, and a request pair that straddles one would
- * compare two windows. Per-second windows are left to scenarios that align themselves.
+ * Waits until a request pair cannot compare two different windows. Both services' windows start
+ * at the same epoch-aligned instants, so it waits out:
+ * - the last 500 ms before a minute turns, so that a pair does not straddle the turn;
+ * - the first second of a minute and the first minute of an hour: there the reference's key for
+ *   one descriptor is the same for two units (it names the window's start, not its unit), so a
+ *   per-second or per-minute count and an hour override of that descriptor share one counter,
+ *   where tollgate keeps them apart (see docs/migration.md).
+ * Per-second windows are otherwise left to scenarios that align themselves.
  */
 async function clearOfWindowEdges(): Promise<void> {
-  const intoMinute = Date.now() % 60_000;
-  if (intoMinute > 59_500) await new Promise((r) => setTimeout(r, 60_000 - intoMinute + 50));
+  for (;;) {
+    const now = Date.now();
+    const intoMinute = now % 60_000;
+    const intoHour = now % 3_600_000;
+    let waitMs = 0;
+    if (intoHour < 61_000) waitMs = 61_000 - intoHour;
+    else if (intoMinute > 59_500) waitMs = 60_000 - intoMinute + 1_050;
+    else if (intoMinute < 1_050) waitMs = 1_050 - intoMinute;
+    if (waitMs === 0) return;
+    await new Promise((resolve) => setTimeout(resolve, waitMs));
+  }
 }
 
 type Status = NonNullable<RateLimitResponseObject['statuses']>[number];
