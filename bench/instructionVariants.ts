@@ -156,40 +156,44 @@ export function plainAsLibrary(fn: string, body = decisionCode().bodies.fixedWin
 
 /**
  * The same script on a counter packed in one string "t:w:c": read with GET, written with
- * SET … PX on a window's first write (the TTL that PEXPIRE set) and SET … KEEPTTL after. The
- * stored w's text is written back as it was read; everything else is the script's own.
+ * SET … PX on a window's first write (the TTL that PEXPIRE set) and SET … KEEPTTL after, once per
+ * call as the script writes; everything else is the script's own.
  */
 export function packedScript(script = decisionCode().bodies.fixedWindow): string {
   let text = replaceOnce(
     script,
-    /^local function write\(key, j, at_text, count, ttl\)\n[\s\S]*?\nend\n/m,
-    `local function write(key, j, at_text, count, ttl)
-  local set
-  local value = at_text .. ':' .. string.format('%d', s[j - 5]) .. ':' .. string.format('%d', count)
-  if s[j - 3] then
-    set = redis.pcall('SET', key, value, 'KEEPTTL')
-  else
-    set = redis.pcall('SET', key, value, 'PX', ttl)
-    s[j - 3] = true
+    /^local function flush\(\)\n[\s\S]*?\nend\n/m,
+    `local function flush()
+  for b = 1, 6 * loaded, 6 do
+    if st[b + 4] then
+      local value = st[b + 4] .. ':' .. string.format('%d', st[b + 2]) ..
+        ':' .. string.format('%d', st[b + 3])
+      local set
+      if st[b + 5] then
+        set = redis.pcall('SET', st[b], value, 'PX', st[b + 5])
+      else
+        set = redis.pcall('SET', st[b], value, 'KEEPTTL')
+      end
+      if set.err then error(refused(set, 'set')) end
+    end
   end
-  if set.err then error(refused(set, 'set')) end
 end
 `,
-    'its write function',
+    'its flush function',
   );
   text = replaceOnce(
     text,
-    `    local raw = redis.pcall('HMGET', KEYS[k + i], 't', 'w', 'c')
-    if raw.err then return refused(raw, 'hmget') end
-    local t, w, c = raw[1], raw[2], raw[3]
+    `  local raw = redis.pcall('HMGET', key, 't', 'w', 'c')
+  if raw.err then return nil, refused(raw, 'hmget') end
+  local t, w, c = raw[1], raw[2], raw[3]
 `,
-    `    local raw = redis.pcall('GET', KEYS[k + i])
-    if type(raw) == 'table' then return refused(raw, 'get') end
-    local t, w, c = nil, nil, nil
-    if raw then
-      t, w, c = string.match(raw, '^([^:]+):([^:]+):([^:]+)$')
-      if not t then return FOREIGN end
-    end
+    `  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' then return nil, refused(raw, 'get') end
+  local t, w, c = nil, nil, nil
+  if raw then
+    t, w, c = string.match(raw, '^([^:]+):([^:]+):([^:]+)$')
+    if not t then return nil, FOREIGN end
+  end
 `,
     'its HMGET of a counter',
   );

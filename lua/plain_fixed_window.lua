@@ -25,7 +25,8 @@ ARGV[4 + 3(i-1) ..]  per key i: window ms W, limit L, cost (0 = check only)
 Batch mode: ARGV[1] = 'batch', ARGV[2] = the clock skew tolerated, then per request j: its now
 (or ''), its number of counters n_j, its counting, and 3 arguments per counter as above. KEYS
 holds the requests' keys one request after another. Requests are decided in order, and Redis TIME
-is read once, as in dispatch.lua.
+is read once, as in dispatch.lua. A counter that several requests of a call share is read once and
+written once, after the last of them (see `st`).
 
 Reply: { allowed, remaining_1, reset_ms_1, remaining_2, ... }, or, for a request whose counter
 key holds what tollgate did not write, an error reply, with nothing of that request written; in
@@ -87,98 +88,134 @@ local function number(text)
   return n
 end
 
--- Writes counter j of the state s below (see decide): its time and count, and, on its first write
--- in a window, the window and the TTL. A failed write fails the whole call, as must() does.
-local s
-local function write(key, j, at_text, count, ttl)
-  local set
-  if s[j - 3] then
-    set = redis.pcall('HSET', key, 't', at_text, 'c', string.format('%d', count))
+-- The counters of the call: what Redis holds of each when first read, then as the call's requests
+-- so far have left it. A batch's requests on one counter (a tenant's, under load) read it once and
+-- write it once, at the end of the call (flush): the same end state as writing after each request,
+-- since nothing else runs until the call returns, for a fraction of the commands. Each counter has
+-- 6 slots in `st` (an array, cheaper than a table per counter):
+--   key
+--   t, w, c  the counter's fields as numbers (false: absent)
+--   written  false, or t's text once a request of this call wrote it: flush writes t and c
+--   ttl      false, or the TTL of the new window that this call started: flush writes w too
+-- A request's write sets t, c and written, and, on the first write of a window, w and ttl (the
+-- rest of the window plus the slack).
+-- `st` is made once, at FUNCTION LOAD (once per call for a script), and reused: a call writes the
+-- slots it reads, and allocates none (what a call allocates, Redis's Lua also spends collecting).
+-- A key is looked for among the call's counters so far, or, past 8 of them, in `slot_of`.
+local st, loaded, slot_of = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }, 0, nil
+local function load(key)
+  if slot_of then
+    local b = slot_of[key]
+    if b then return b end
   else
-    set = redis.pcall('HSET', key, 't', at_text, 'w', string.format('%d', s[j - 5]),
-      'c', string.format('%d', count))
+    for b = 1, 6 * loaded, 6 do
+      if st[b] == key then return b end
+    end
   end
-  if type(set) == 'table' then error(refused(set, 'hset')) end
-  if not s[j - 3] then
-    set = redis.pcall('PEXPIRE', key, ttl)
-    if type(set) == 'table' then error(refused(set, 'pexpire')) end
-    s[j - 3] = true
+  local raw = redis.pcall('HMGET', key, 't', 'w', 'c')
+  if raw.err then return nil, refused(raw, 'hmget') end
+  local t, w, c = raw[1], raw[2], raw[3]
+  if t then
+    t = tonumber(t)
+    if not t or t - t ~= 0 then return nil, FOREIGN end
+  end
+  if w then
+    w = number(w)
+    if not w then return nil, FOREIGN end
+  end
+  if c then
+    c = tonumber(c)
+    if not c or c - c ~= 0 then return nil, FOREIGN end
+  end
+  local b = 6 * loaded + 1
+  loaded = loaded + 1
+  st[b], st[b + 1], st[b + 2], st[b + 3], st[b + 4], st[b + 5] = key, t or false, w or false,
+    c or false, false, false
+  if slot_of then
+    slot_of[key] = b
+  elseif loaded > 8 then
+    slot_of = {}
+    for x = 1, b, 6 do slot_of[st[x]] = x end
+  end
+  return b
+end
+
+-- Writes what the call's requests left of each counter they wrote, in the order first read. A
+-- failed write fails the whole call, as must() does in lib.lua.
+local function flush()
+  for b = 1, 6 * loaded, 6 do
+    if st[b + 4] then
+      local key, ttl, set = st[b], st[b + 5], nil
+      if ttl then
+        set = redis.pcall('HSET', key, 't', st[b + 4],
+          'w', string.format('%d', st[b + 2]), 'c', string.format('%d', st[b + 3]))
+      else
+        set = redis.pcall('HSET', key, 't', st[b + 4],
+          'c', string.format('%d', st[b + 3]))
+      end
+      if type(set) == 'table' then error(refused(set, 'hset')) end
+      if ttl then
+        set = redis.pcall('PEXPIRE', key, ttl)
+        if type(set) == 'table' then error(refused(set, 'pexpire')) end
+      end
+    end
   end
 end
 
 -- Decides one request: its n counters are KEYS[k + 1 .. k + n], their arguments start at ARGV[a],
--- 3 per counter. Returns the reply described above.
+-- 3 per counter. Returns the reply described above; its writes are left to flush.
+-- Per counter of the request, 6 slots: its slots in `st`, its time, window index, W, L and cost.
+local s = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 local function decide(k, a, n, now, slack, reference)
-  -- Per counter, 7 slots: its time, window index, count, whether it holds this window already
-  -- (nil when it is another window's: the counter's first write in this window sets w and the
-  -- TTL), W, L and cost. Sized for 3 counters, as is the reply.
-  s = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+  -- The reply is sized for 3 counters.
   local allowed = true
   for i = 1, n do
-    local raw = redis.pcall('HMGET', KEYS[k + i], 't', 'w', 'c')
-    if raw.err then return refused(raw, 'hmget') end
-    local t, w, c = raw[1], raw[2], raw[3]
+    local b, err = load(KEYS[k + i])
+    if not b then return err end
     local at = now
-    if t then
-      t = tonumber(t)
-      if not t or t - t ~= 0 then return FOREIGN end
-      if t > at then at = t end
-    end
-    if w then
-      w = number(w)
-      if not w then return FOREIGN end
-    end
-    if c then
-      c = tonumber(c)
-      if not c or c - c ~= 0 then return FOREIGN end
-    end
-    local b = a + 3 * i - 3
-    local window, limit, cost = number(ARGV[b]), number(ARGV[b + 1]), ARGV[b + 2]
+    if st[b + 1] and st[b + 1] > at then at = st[b + 1] end
+    local v = a + 3 * i - 3
+    local window, limit, cost = number(ARGV[v]), number(ARGV[v + 1]), ARGV[v + 2]
     if cost == '1' then cost = 1 else cost = number(cost) end
     local index = (at - at % window) / window
-    local holds = w == index or nil
-    if not holds or not c then c = 0 end
-    local j = 7 * i
-    s[j - 6], s[j - 5], s[j - 4], s[j - 3], s[j - 2], s[j - 1], s[j] =
-      at, index, c, holds, window, limit, cost
-    if not reference and c + (cost > 0 and cost or 1) > limit then allowed = false end
+    local j = 6 * i
+    s[j - 5], s[j - 4], s[j - 3], s[j - 2], s[j - 1], s[j] = b, at, index, window, limit, cost
+    if not reference then
+      local c = st[b + 2] == index and st[b + 3] or 0
+      if c + (cost > 0 and cost or 1) > limit then allowed = false end
+    end
   end
 
   local reply = { 0, 0, 0, 0, 0, 0, 0 }
   -- The reply ends at its first nil.
   reply[2 * n + 2] = nil
   local now_text = string.format('%d', now)
-  if reference then
-    local first = {}
-    for i = 1, n do
-      local key, j = KEYS[k + i], 7 * i
-      local at, index, window, limit, cost = s[j - 6], s[j - 5], s[j - 2], s[j - 1], s[j]
-      -- Two counters of one key are one count: the later one continues the earlier one's.
-      local same = first[key]
-      if same then j = same else first[key] = j end
-      local count = s[j - 4]
-      local rest = window - (at - index * window)
+  for i = 1, n do
+    local j = 6 * i
+    local b, at, index, window, limit, cost = s[j - 5], s[j - 4], s[j - 3], s[j - 2], s[j - 1], s[j]
+    -- Two counters of one key (the reference's counting) are one count: the later one continues
+    -- the earlier one's, as they share their slots.
+    local count = st[b + 2] == index and st[b + 3] or 0
+    local rest = window - (at - index * window)
+    if reference then
       if cost > 0 then
         count = count + cost
-        s[j - 4] = count
-        write(key, j, at == now and now_text or string.format('%d', at), count, rest + slack)
+        if st[b + 2] ~= index then st[b + 2], st[b + 5] = index, rest + slack end
+        st[b + 1], st[b + 3], st[b + 4] = at, count, at == now and now_text or
+          string.format('%d', at)
       end
       if count > limit then allowed = false end
       reply[2 * i], reply[2 * i + 1] = count, rest
-    end
-  else
-    for i = 1, n do
-      local j = 7 * i
-      local at, index, count, window, limit, cost = s[j - 6], s[j - 5], s[j - 4], s[j - 2],
-        s[j - 1], s[j]
-      local rest = window - (at - index * window)
+    else
+      local ttl = rest + slack
       -- A cost that exceeds L never fits: no reset would help.
       if (cost > 0 and cost or 1) > limit then rest = -1 end
       -- Allowed: every counter fits, so its whole cost is added, never past L.
       if allowed and cost > 0 then
         count = count + cost
-        write(KEYS[k + i], j, at == now and now_text or string.format('%d', at), count,
-          window - (at - index * window) + slack)
+        if st[b + 2] ~= index then st[b + 2], st[b + 5] = index, ttl end
+        st[b + 1], st[b + 3], st[b + 4] = at, count, at == now and now_text or
+          string.format('%d', at)
       end
       -- A count over L (the limit was lowered since) leaves nothing.
       local remaining = limit - count
@@ -205,16 +242,21 @@ end
 -- The entry point: one call, in decide or batch mode. `script`: run as a script, not a function.
 local function plain_fixed_window(keys, argv, script)
   KEYS, ARGV, redis_now, keeping = keys, argv, nil, not script
+  loaded, slot_of = 0, nil
+  local reply
   if ARGV[1] == 'batch' then
-    local replies, k, a = {}, 0, 3
+    local k, a = 0, 3
+    reply = {}
     while a <= #ARGV do
       local n = tonumber(ARGV[a + 1])
       local now, slack = clock(ARGV[a], ARGV[2])
-      replies[#replies + 1] = decide(k, a + 3, n, now, slack, ARGV[a + 2] == '1')
+      reply[#reply + 1] = decide(k, a + 3, n, now, slack, ARGV[a + 2] == '1')
       k, a = k + n, a + 3 + 3 * n
     end
-    return replies
+  else
+    local now, slack = clock(ARGV[1], ARGV[2])
+    reply = decide(0, 4, #KEYS, now, slack, ARGV[3] == '1')
   end
-  local now, slack = clock(ARGV[1], ARGV[2])
-  return decide(0, 4, #KEYS, now, slack, ARGV[3] == '1')
+  flush()
+  return reply
 end

@@ -65,6 +65,49 @@ describe.each(
   });
 });
 
+/** How many times the server ran `command`, a script's inner calls included. */
+async function commandCalls(command: string): Promise<number> {
+  const stats = await redis.client.info('commandstats');
+  return Number(new RegExp(`^cmdstat_${command}:calls=(\\d+)`, 'm').exec(stats)?.[1] ?? 0);
+}
+
+describe.each(CALL_PATHS)('a batch of fixed windows, calls as %s', (path) => {
+  it('reads and writes a counter its requests share once per call', async () => {
+    const store: Store = await openPathStore(redis, path, { batchLimit: 16 });
+    try {
+      const tenant = `tg:{shared-${path}}:tenant`;
+      const fixed = (key: string): CounterCheck => ({
+        ...counter(key),
+        algorithm: 'fixed_window',
+        limit: 10,
+      });
+      // A first call makes both the tenant's counter and the script or function known.
+      await store.decide([fixed(tenant)], undefined);
+      await redis.client.config('RESETSTAT');
+      // 16 requests in one call: all on the tenant's counter, each with one of its own.
+      const decisions = await Promise.all(
+        Array.from({ length: 16 }, (_, i) =>
+          store.decide([fixed(tenant), fixed(`${tenant}:${i}`)], undefined),
+        ),
+      );
+      expect(await scriptCalls()).toBe(1);
+      // The tenant's 9 left go to the first 9, in order; nothing of a denied request is written.
+      expect(decisions.map((decision) => decision.results[0]?.remaining)).toEqual([
+        8, 7, 6, 5, 4, 3, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0,
+      ]);
+      expect(await redis.client.hget(tenant, 'c')).toBe('10');
+      expect(await redis.client.exists(`${tenant}:9`)).toBe(0);
+      // One read of each counter, and one write of each written one: 1 + 16 and 1 + 9.
+      expect(await commandCalls('hmget')).toBe(17);
+      expect(await commandCalls('hset')).toBe(10);
+      // A counter first written in the call expires with its window.
+      expect(await redis.client.pttl(`${tenant}:0`)).toBeGreaterThan(0);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
 describe('with REDIS_BATCH_WINDOW', () => {
   it('decides calls made within the window in one script call, in the order made', async () => {
     // A window far longer than the gaps between the calls, so a busy machine keeps them in it.
