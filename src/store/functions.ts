@@ -1,5 +1,5 @@
 import type { Cluster, Redis } from 'ioredis';
-import { SettingsError } from '../core/errors.js';
+import { SettingsError, StoreError } from '../core/errors.js';
 import { decisionCode, scriptSha, type ScriptName } from './library.js';
 import type { ScriptArgs } from './scriptCall.js';
 
@@ -22,6 +22,11 @@ import type { ScriptArgs } from './scriptCall.js';
  * once more, within the same REDIS_TIMEOUT: nothing ran on the first try, so nothing is counted
  * twice. On a cluster it is loaded on the call's own primary, and on every primary only if the
  * call still finds it missing. On a replica, FUNCTION LOAD answers READONLY, as the call would.
+ *
+ * REDIS_FUNCTIONS=on where no connection answered at start-up, and a later one refuses functions:
+ * no call is sent as a script. Calls and the health probe fail with the refusal (kind
+ * `permission`, as a command the user may not run), so health says why; each probe chooses again,
+ * and once Redis allows functions checks go through them.
  */
 export type FunctionsSetting = 'auto' | 'on' | 'off';
 
@@ -98,41 +103,48 @@ export function createDecisionCalls(
       client.call('FCALL', library.functions.decision, 0, 'refund', 0),
     );
     if (chosen === undefined) return;
-    path = chosen.kind === 'functions' ? { kind: 'functions', detail: library.name } : chosen;
-    if (path.kind === 'scripts' && setting === 'on') {
-      path = { kind: 'scripts', detail: `REDIS_FUNCTIONS=on, but ${path.detail}` };
-      onPath?.(path);
-      throw new SettingsError(path.detail);
+    let next: CodePath =
+      chosen.kind === 'functions' ? { kind: 'functions', detail: library.name } : chosen;
+    if (next.kind === 'scripts' && setting === 'on') {
+      next = { kind: 'scripts', detail: `REDIS_FUNCTIONS=on, but ${next.detail}` };
     }
-    onPath?.(path);
+    const changed = next.kind !== path.kind || next.detail !== path.detail;
+    path = next;
+    if (changed) onPath?.(path);
+    if (path.kind === 'scripts' && setting === 'on') throw new SettingsError(path.detail);
   };
-  // Each try that finds the library missing ran nothing, so trying again counts nothing twice.
-  const viaFunction = async (script: ScriptName, args: ScriptArgs): Promise<unknown> => {
-    const call = () => client.call('FCALL', library.functions[script], ...args);
-    try {
-      return await call();
-    } catch (error) {
-      if (!isMissing(error)) throw error;
-    }
-    // The call's own primary first; every primary where the slot map misled (a slot mid-move).
-    const node = target.nodeOf?.(args);
-    if (node !== undefined) {
-      await loadOn(node);
-      try {
-        return await call();
-      } catch (error) {
-        if (!isMissing(error)) throw error;
-      }
-    }
-    await load();
-    return call();
-  };
+  // REDIS_FUNCTIONS=on, refused after start-up: why no call goes, as the calls' error.
+  const refusedOn = (): StoreError | undefined =>
+    setting === 'on' && path.kind === 'scripts'
+      ? new StoreError(`redis: ${path.detail}`, 'permission')
+      : undefined;
+  // Health probes at once share one choice again.
+  let rechoosing: Promise<void> | undefined;
+  const chooseAgain = (send: Bounded): Promise<void> =>
+    (rechoosing ??= chooseNow(send)
+      .catch(() => undefined)
+      .finally(() => (rechoosing = undefined)));
+  const viaFunction = (script: ScriptName, args: ScriptArgs): Promise<unknown> =>
+    reloadingIfMissing(
+      () => client.call('FCALL', library.functions[script], ...args),
+      target.nodeOf?.(args),
+      loadOn,
+      load,
+    );
 
   return {
-    run: (script, args) =>
-      path.kind === 'functions' ? viaFunction(script, args) : viaScript[script](...args),
+    run(script, args) {
+      if (path.kind === 'functions') return viaFunction(script, args);
+      const refused = refusedOn();
+      return refused ? Promise.reject(refused) : viaScript[script](...args);
+    },
 
     async probe(args, send) {
+      if (refusedOn()) {
+        await chooseAgain(send);
+        const refused = refusedOn();
+        if (refused) throw refused;
+      }
       if (path.kind === 'functions') return [await send(() => viaFunction('decision', args))];
       const [numKeys, ...rest] = args as [number, ...(string | number)[]];
       const lua = scripts.decision;
@@ -156,6 +168,35 @@ export function createDecisionCalls(
 
     path: () => path,
   };
+}
+
+/**
+ * Makes a call, and when it finds the library missing, loads it and calls again: on the call's own
+ * primary first (`node`, where known), then on every primary, where the slot map misled (a slot
+ * mid-move). Each try that found the library missing ran nothing, so trying again counts nothing
+ * twice.
+ */
+async function reloadingIfMissing(
+  call: () => Promise<unknown>,
+  node: Redis | undefined,
+  loadOn: (node: Redis) => Promise<void>,
+  loadAll: () => Promise<void>,
+): Promise<unknown> {
+  try {
+    return await call();
+  } catch (error) {
+    if (!isMissing(error)) throw error;
+  }
+  if (node !== undefined) {
+    await loadOn(node);
+    try {
+      return await call();
+    } catch (error) {
+      if (!isMissing(error)) throw error;
+    }
+  }
+  await loadAll();
+  return call();
 }
 
 /**

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { refusal, runToExit, spawnTollgate, type TollgateProcess } from '../support/processes.js';
-import { startRedis, type TestRedis, README_ACL_COMMANDS } from '../support/redis.js';
+import { freePort } from '../support/ports.js';
+import { README_ACL_COMMANDS, spawnRedisOn, startRedis, type TestRedis } from '../support/redis.js';
 import { callCheck, d, eventually, healthStatus } from '../support/tollgate.js';
 
 // Health tells whether checks can be decided, not only whether Redis answers PING. A Redis user
@@ -112,6 +113,48 @@ describe('health with a Redis user that may not run what checks need', () => {
       stderr:
         "REDIS_FUNCTIONS=on, but the Redis user may not run 'fcall': grant +fcall +function|load to call functions",
     });
+  });
+
+  it('with REDIS_FUNCTIONS=on, refused functions only after start-up: NOT_SERVING naming why, and no script sent', async () => {
+    // Redis is down at start-up, so nothing is chosen; it comes up with a user without +fcall.
+    const port = await freePort();
+    const tollgate = await spawnTollgate(
+      RULES,
+      {
+        REDIS_URL: `redis://late-on:secret@127.0.0.1:${port}`,
+        REDIS_TIMEOUT: '1s',
+        REDIS_FUNCTIONS: 'on',
+        LOG_LEVEL: 'info',
+      },
+      { captureStdout: true, anyHealth: true },
+    );
+    running.push(tollgate);
+    const late = await spawnRedisOn(port, [
+      '--user',
+      ...['late-on', 'on', '>secret', '~tg:*', '-@all'],
+      ...COMMANDS.filter((c) => c !== '+fcall'),
+    ]);
+    try {
+      const why = "REDIS_FUNCTIONS=on, but the Redis user may not run 'fcall'";
+      await eventually(async () => (await healthcheck(tollgate))[1].includes(why), 15_000);
+      expect(await healthStatus(tollgate.address)).toBe('NOT_SERVING');
+      const check = { domain: 'health', descriptors: [d('tenant', 'late')] };
+      await expect(callCheck(tollgate.client, check)).rejects.toMatchObject({
+        details: expect.stringContaining(why),
+      });
+      // Decided by no script: no counter was written.
+      expect(await late.client.keys('tg:*')).toEqual([]);
+      // Granted, it calls functions by itself.
+      await late.client.call('ACL', 'SETUSER', 'late-on', '+fcall');
+      await eventually(async () => (await healthStatus(tollgate.address)) === 'SERVING', 15_000);
+      expect((await callCheck(tollgate.client, check)).overall_code).toBe('OK');
+      const rlconfig = await (await fetch(`${tollgate.httpUrl}/rlconfig`)).text();
+      expect(rlconfig.split('\n')[0]).toMatch(
+        /^# redis calls: functions \(FCALL of library tollgate_/,
+      );
+    } finally {
+      await late.stop();
+    }
   });
 
   it('says so, and stays SERVING, with FAILURE_MODE=allow', async () => {
