@@ -420,6 +420,7 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
         'Redis CPU µs/decision, closed loop',
         'Redis commands/request',
         'script calls/request',
+        'script calls/request, closed loop',
       ]),
     );
     for (const entry of entries) {
@@ -443,6 +444,7 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
           !closed ? none : micros(entry.closedLoop.redisUs, reference?.closedLoop.redisUs),
           redis ? cost.commandsPerRequest.toFixed(2) : none,
           redis ? cost.scriptCallsPerRequest.toFixed(2) : none,
+          !closed ? none : entry.closedLoop.scriptCallsPerRequest.toFixed(2),
         ]),
       );
     }

@@ -140,6 +140,8 @@ export interface ClosedLoop {
   /** Medians over the rounds of the service's and Redis's CPU per decision, in µs. */
   serviceUs: number;
   redisUs: number;
+  /** The median over the rounds of script calls per request: how many requests share a call. */
+  scriptCallsPerRequest: number;
 }
 
 export function summarizeClosedLoop(runs: readonly RunResult[]): ClosedLoop {
@@ -149,5 +151,7 @@ export function summarizeClosedLoop(runs: readonly RunResult[]): ClosedLoop {
     medianRps: runs.length > 0 ? median(runs.map((run) => run.achievedRps)) : NaN,
     serviceUs: runs.length > 0 ? median(costs.map((cost) => cost.serviceUs)) : NaN,
     redisUs: runs.length > 0 ? median(costs.map((cost) => cost.redisUs)) : NaN,
+    scriptCallsPerRequest:
+      runs.length > 0 ? median(costs.map((cost) => cost.scriptCallsPerRequest)) : NaN,
   };
 }

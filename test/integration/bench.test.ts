@@ -76,7 +76,13 @@ describe('the comparison with envoyproxy/ratelimit', () => {
   });
   const entry = (service: string, fields: Partial<VersusEntry>): VersusEntry => ({
     service,
-    closedLoop: { runsRps: [1_000], medianRps: 1_000, serviceUs: 180, redisUs: 20 },
+    closedLoop: {
+      runsRps: [1_000],
+      medianRps: 1_000,
+      serviceUs: 180,
+      redisUs: 20,
+      scriptCallsPerRequest: 1,
+    },
     cost: cost(3_000, 200, 30),
     tiers: [1_000, 2_000, 3_000, 5_000].map((offeredRps) => ({
       offeredRps,
@@ -99,7 +105,13 @@ describe('the comparison with envoyproxy/ratelimit', () => {
     const reference = entry('reference', { breakRps: 5_000 });
     reference.tiers[3]!.errors = 40; // the reference fails at 5,000: tollgate's errors there are not judged
     const tollgate = entry('tollgate-fixed', {
-      closedLoop: { runsRps: [1_100], medianRps: 1_100, serviceUs: 150, redisUs: 12 },
+      closedLoop: {
+        runsRps: [1_100],
+        medianRps: 1_100,
+        serviceUs: 150,
+        redisUs: 12,
+        scriptCallsPerRequest: 1,
+      },
       cost: cost(3_000, 150, 33),
     });
     tollgate.tiers[0]!.cost = cost(1_000, 150, 36); // 1.2× the reference's Redis CPU: met
@@ -209,7 +221,13 @@ describe('the comparison with envoyproxy/ratelimit', () => {
     const tollgate = entry('tollgate-fixed', {});
     const commands = entry('bare-http2-commands', {
       floor: 'exact-commands',
-      closedLoop: { runsRps: [2_000], medianRps: 2_000, serviceUs: 90, redisUs: 14 },
+      closedLoop: {
+        runsRps: [2_000],
+        medianRps: 2_000,
+        serviceUs: 90,
+        redisUs: 14,
+        scriptCallsPerRequest: 1,
+      },
       tiers: [1_000, 3_000].map((offeredRps) => ({
         ...entry('', {}).tiers[0]!,
         offeredRps,

@@ -122,6 +122,19 @@ describe('rounds', () => {
     ]);
     expect(closed.medianRps).toBe(4_500);
     expect(closed.redisUs).toBeCloseTo(200);
+    // How many requests share a script call: the median of the rounds'.
+    const shared = (scriptCallsPerRequest: number) => ({
+      ...run({}),
+      redis: {
+        scriptCallsPerRequest,
+        commandsPerRequest: 3,
+        executionUsPerRequest: 5,
+        commands: {},
+      },
+    });
+    expect(
+      summarizeClosedLoop([shared(0.2), shared(0.5), shared(0.3)]).scriptCallsPerRequest,
+    ).toBeCloseTo(0.3);
   });
 });
 
