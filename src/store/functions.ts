@@ -127,7 +127,7 @@ export function createDecisionCalls(
   const viaFunction = (script: ScriptName, args: ScriptArgs): Promise<unknown> =>
     reloadingIfMissing(
       () => client.call('FCALL', library.functions[script], ...args),
-      target.nodeOf?.(args),
+      () => target.nodeOf?.(args),
       loadOn,
       load,
     );
@@ -172,13 +172,13 @@ export function createDecisionCalls(
 
 /**
  * Makes a call, and when it finds the library missing, loads it and calls again: on the call's own
- * primary first (`node`, where known), then on every primary, where the slot map misled (a slot
+ * primary first (`nodeOf`, where known), then on every primary, where the slot map misled (a slot
  * mid-move). Each try that found the library missing ran nothing, so trying again counts nothing
  * twice.
  */
 async function reloadingIfMissing(
   call: () => Promise<unknown>,
-  node: Redis | undefined,
+  nodeOf: () => Redis | undefined,
   loadOn: (node: Redis) => Promise<void>,
   loadAll: () => Promise<void>,
 ): Promise<unknown> {
@@ -187,6 +187,8 @@ async function reloadingIfMissing(
   } catch (error) {
     if (!isMissing(error)) throw error;
   }
+  // Asked only now: the failed call may have taught the client a newer slot map (MOVED).
+  const node = nodeOf();
   if (node !== undefined) {
     await loadOn(node);
     try {

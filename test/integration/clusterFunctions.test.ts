@@ -116,6 +116,40 @@ describe('the function library on Redis Cluster', () => {
     expect(await libraryNames(cluster.client(owner))).toEqual([LIBRARY]);
   });
 
+  it('a primary that lost it gets it again from a call redirected to it while its slot moves (ASK)', async () => {
+    const check = counter('asked', 5);
+    expect(await allowed(check, 3)).toEqual([true, true, true]);
+    const slot = keySlot(check.key);
+    const source = await cluster.masterOf(slot);
+    const target = (await cluster.nodes()).find(
+      (node) => node.role === 'master' && node.slots.length > 0 && node.id !== source.id,
+    )!;
+    const admin = (port: number) => cluster.client(port);
+    // Mid-move: the counter is on the target already, and the source answers ASK for it.
+    await admin(target.port).call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', source.id);
+    await admin(source.port).call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', target.id);
+    await admin(source.port).call(
+      ...['MIGRATE', '127.0.0.1', target.port, '', 0, 5_000, 'KEYS', check.key],
+    );
+    await admin(target.port).call('FUNCTION', 'FLUSH');
+    try {
+      const asked = Number(
+        /^errorstat_ASK:count=(\d+)/m.exec(await admin(source.port).info('errorstats'))?.[1] ?? 0,
+      );
+      expect(await allowed(check, 3)).toEqual([true, true, false]);
+      expect(await libraryNames(admin(target.port))).toEqual([LIBRARY]);
+      const askedNow = Number(
+        /^errorstat_ASK:count=(\d+)/m.exec(await admin(source.port).info('errorstats'))?.[1] ?? 0,
+      );
+      expect(askedNow).toBeGreaterThan(asked);
+    } finally {
+      for (const node of [target, source]) {
+        await admin(node.port).call('CLUSTER', 'SETSLOT', slot, 'NODE', target.id);
+      }
+    }
+    expect(await allowed(check, 1)).toEqual([false]);
+  }, 60_000);
+
   it('a primary that joined later gets it from the first call to a slot moved to it', async () => {
     const check = counter('moved', 5);
     expect(await allowed(check, 3)).toEqual([true, true, true]);
