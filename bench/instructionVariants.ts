@@ -1,4 +1,5 @@
 import {
+  batchCall,
   decideArgs,
   decideCall,
   loadDecisionScript,
@@ -32,6 +33,9 @@ export interface CountedVariant {
 }
 
 export const TENANTS = 50;
+
+/** The checks of one tenant in the batch variant: every check on the same counters. */
+const BATCH = 8;
 
 function keys(i: number, n: number): string[] {
   return Array.from({ length: n }, (_, k) => `tg:{${i}}:cost:${k}`);
@@ -254,6 +258,22 @@ export function instructionVariants(): CountedVariant[] {
       code: library.code,
       fn: library.functions.fixedWindow,
       args: plainArgs(n),
+    })),
+    ...counts.map((n) => ({
+      id: 'plain-batch',
+      title: `tollgate's plain fixed-window script, a batch of ${BATCH} checks of one tenant (per call)`,
+      via: 'FCALL' as const,
+      counters: n,
+      code: library.code,
+      fn: library.functions.fixedWindow,
+      args: (i: number) =>
+        batchCall(
+          Array.from({ length: BATCH }, () => ({
+            checks: keys(i, n).map(check),
+            nowMs: undefined,
+          })),
+          0,
+        ).args,
     })),
     ...counts.map((n) => ({
       id: 'packed',

@@ -166,6 +166,7 @@ end
 -- 3 per counter. Returns the reply described above; its writes are left to flush.
 -- Per counter of the request, 6 slots: its slots in `st`, its time, window index, W, L and cost.
 local s = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+local now_of_text, now_text
 local function decide(k, a, n, now, slack, reference)
   -- The reply is sized for 3 counters.
   local allowed = true
@@ -175,8 +176,10 @@ local function decide(k, a, n, now, slack, reference)
     local at = now
     if st[b + 1] and st[b + 1] > at then at = st[b + 1] end
     local v = a + 3 * i - 3
-    local window, limit, cost = number(ARGV[v]), number(ARGV[v + 1]), ARGV[v + 2]
-    if cost == '1' then cost = 1 else cost = number(cost) end
+    -- `numbers` looked up here first: a call of number() costs more than the lookup.
+    local window, limit, cost = ARGV[v], ARGV[v + 1], ARGV[v + 2]
+    window, limit = numbers[window] or number(window), numbers[limit] or number(limit)
+    if cost == '1' then cost = 1 else cost = numbers[cost] or number(cost) end
     local index = (at - at % window) / window
     local j = 6 * i
     s[j - 5], s[j - 4], s[j - 3], s[j - 2], s[j - 1], s[j] = b, at, index, window, limit, cost
@@ -189,7 +192,8 @@ local function decide(k, a, n, now, slack, reference)
   local reply = { 0, 0, 0, 0, 0, 0, 0 }
   -- The reply ends at its first nil.
   reply[2 * n + 2] = nil
-  local now_text = string.format('%d', now)
+  -- A batch's checks share Redis TIME: its text is made once.
+  if now ~= now_of_text then now_of_text, now_text = now, string.format('%d', now) end
   for i = 1, n do
     local j = 6 * i
     local b, at, index, window, limit, cost = s[j - 5], s[j - 4], s[j - 3], s[j - 2], s[j - 1], s[j]
