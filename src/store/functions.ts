@@ -1,6 +1,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import { SettingsError } from '../core/errors.js';
 import { decisionCode, scriptSha, type ScriptName } from './library.js';
+import { fcallSender, type FcallSender } from './fcall.js';
 import type { ScriptArgs } from './scriptCall.js';
 
 /**
@@ -106,14 +107,22 @@ export function createDecisionCalls(
     }
     onPath?.(path);
   };
+  const viaFcall: Record<ScriptName, FcallSender> = {
+    decision: fcallSender(client, library.functions.decision),
+    fixedWindow: fcallSender(client, library.functions.fixedWindow),
+  };
+  const viaFunction = (script: ScriptName, args: ScriptArgs): Promise<unknown> => {
+    const send = viaFcall[script];
+    return send(args).catch((error: unknown) => retryMissing(error, send, args));
+  };
   // Each try that finds the library missing ran nothing, so trying again counts nothing twice.
-  const viaFunction = async (script: ScriptName, args: ScriptArgs): Promise<unknown> => {
-    const call = () => client.call('FCALL', library.functions[script], ...args);
-    try {
-      return await call();
-    } catch (error) {
-      if (!isMissing(error)) throw error;
-    }
+  const retryMissing = async (
+    error: unknown,
+    send: FcallSender,
+    args: ScriptArgs,
+  ): Promise<unknown> => {
+    if (!isMissing(error)) throw error;
+    const call = () => send(args);
     // The call's own primary first; every primary where the slot map misled (a slot mid-move).
     const node = target.nodeOf?.(args);
     if (node !== undefined) {
