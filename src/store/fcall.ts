@@ -22,13 +22,16 @@ function bulk(text: string): string {
   return `$${Buffer.byteLength(text)}\r\n${text}\r\n`;
 }
 
+/** As `call` decodes replies; one object for every call, since a command only reads it. */
+const OPTIONS = { replyEncoding: 'utf8' } as const;
+
 class FcallCommand extends Command {
   private readonly head: string;
 
   constructor(head: string, name: string, args: ScriptArgs) {
-    // Decoded as `call` decodes (utf8); the arguments are set after, as ioredis would keep them
-    // (the function's name first, then numkeys, so that a cluster finds the keys' slot).
-    super('FCALL', [], { replyEncoding: 'utf8' });
+    // The arguments are set after, as ioredis would keep them (the function's name first, then
+    // numkeys, so that a cluster finds the keys' slot).
+    super('FCALL', [], OPTIONS);
     this.head = head;
     this.args = [name, ...args];
   }
