@@ -1,6 +1,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import { SettingsError, StoreError } from '../core/errors.js';
 import { decisionCode, scriptSha, type ScriptName } from './library.js';
+import { fcallSender, type FcallSender } from './fcall.js';
 import type { ScriptArgs } from './scriptCall.js';
 
 /**
@@ -79,16 +80,7 @@ export function createDecisionCalls(
   const { scripts, library } = decisionCode();
   const decisionSha = scriptSha(scripts.decision);
   const client = target.client;
-  client.defineCommand('tollgateDecide', { lua: scripts.decision });
-  client.defineCommand('tollgateFixedWindow', { lua: scripts.fixedWindow });
-  const commands = client as unknown as Record<
-    'tollgateDecide' | 'tollgateFixedWindow',
-    (...args: ScriptArgs) => Promise<unknown>
-  >;
-  const viaScript: Record<ScriptName, (...args: ScriptArgs) => Promise<unknown>> = {
-    decision: commands.tollgateDecide.bind(client),
-    fixedWindow: commands.tollgateFixedWindow.bind(client),
-  };
+  const viaScript = scriptSenders(client, scripts);
   let path: CodePath =
     setting === 'off'
       ? { kind: 'scripts', detail: 'REDIS_FUNCTIONS=off' }
@@ -124,13 +116,22 @@ export function createDecisionCalls(
     (rechoosing ??= chooseNow(send)
       .catch(() => undefined)
       .finally(() => (rechoosing = undefined)));
-  const viaFunction = (script: ScriptName, args: ScriptArgs): Promise<unknown> =>
-    reloadingIfMissing(
-      () => client.call('FCALL', library.functions[script], ...args),
-      () => target.nodeOf?.(args),
-      loadOn,
-      load,
+  const viaFcall: Record<ScriptName, FcallSender> = {
+    decision: fcallSender(client, library.functions.decision),
+    fixedWindow: fcallSender(client, library.functions.fixedWindow),
+  };
+  const viaFunction = (script: ScriptName, args: ScriptArgs): Promise<unknown> => {
+    const send = viaFcall[script];
+    return send(args).catch((error: unknown) =>
+      reloadIfMissing(
+        error,
+        () => send(args),
+        () => target.nodeOf?.(args),
+        loadOn,
+        load,
+      ),
     );
+  };
 
   return {
     run(script, args) {
@@ -170,23 +171,37 @@ export function createDecisionCalls(
   };
 }
 
+/** Each entry point as a script: EVALSHA, and EVAL after a NOSCRIPT (ioredis's defineCommand). */
+function scriptSenders(
+  client: Redis | Cluster,
+  scripts: Record<ScriptName, string>,
+): Record<ScriptName, (...args: ScriptArgs) => Promise<unknown>> {
+  client.defineCommand('tollgateDecide', { lua: scripts.decision });
+  client.defineCommand('tollgateFixedWindow', { lua: scripts.fixedWindow });
+  const commands = client as unknown as Record<
+    'tollgateDecide' | 'tollgateFixedWindow',
+    (...args: ScriptArgs) => Promise<unknown>
+  >;
+  return {
+    decision: commands.tollgateDecide.bind(client),
+    fixedWindow: commands.tollgateFixedWindow.bind(client),
+  };
+}
+
 /**
- * Makes a call, and when it finds the library missing, loads it and calls again: on the call's own
- * primary first (`nodeOf`, where known), then on every primary, where the slot map misled (a slot
- * mid-move). Each try that found the library missing ran nothing, so trying again counts nothing
- * twice.
+ * After a call failed with `error`: when it found the library missing, loads it and calls again,
+ * on the call's own primary first (`nodeOf`, where known), then on every primary, where the slot
+ * map misled (a slot mid-move). Each try that found the library missing ran nothing, so trying
+ * again counts nothing twice. Any other error is the call's.
  */
-async function reloadingIfMissing(
+async function reloadIfMissing(
+  error: unknown,
   call: () => Promise<unknown>,
   nodeOf: () => Redis | undefined,
   loadOn: (node: Redis) => Promise<void>,
   loadAll: () => Promise<void>,
 ): Promise<unknown> {
-  try {
-    return await call();
-  } catch (error) {
-    if (!isMissing(error)) throw error;
-  }
+  if (!isMissing(error)) throw error;
   // Asked only now: the failed call may have taught the client a newer slot map (MOVED).
   const node = nodeOf();
   if (node !== undefined) {
