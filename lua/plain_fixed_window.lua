@@ -22,10 +22,12 @@ ARGV[2]  with a given now: the clock skew tolerated, in ms (CLOCK_SKEW_TOLERANCE
 ARGV[3]  the counting: 0 plain, 1 reference
 ARGV[4 + 3(i-1) ..]  per key i: window ms W, limit L, cost (0 = check only)
 
-Batch mode: ARGV[1] = 'batch', ARGV[2] = the clock skew tolerated, then per request j: its now
-(or ''), its number of counters n_j, its counting, and 3 arguments per counter as above. KEYS
-holds the requests' keys one request after another. Requests are decided in order, and Redis TIME
-is read once, as in dispatch.lua. A counter that several requests of a call share is read once and
+Batch mode: each key, and each counter (a key with its W, L and cost), is sent once per call,
+however many requests name it. KEYS holds the call's keys, each once. ARGV[1] = 'batch', ARGV[2] =
+the clock skew tolerated, ARGV[3] = m, the number of counters, then per counter c: the index of
+its key in KEYS, W, L and cost; then per request j: its now (or ''), its number of counters n_j,
+its counting, and the index of each of its counters among the m. Requests are decided in order,
+and Redis TIME is read once, as in dispatch.lua. A counter that several requests of a call share is read once and
 written once, after the last of them (see `st`).
 
 Reply: { allowed, remaining_1, reset_ms_1, remaining_2, ... }, or, for a request whose counter
@@ -162,24 +164,34 @@ local function flush()
   end
 end
 
--- Decides one request: its n counters are KEYS[k + 1 .. k + n], their arguments start at ARGV[a],
--- 3 per counter. Returns the reply described above; its writes are left to flush.
+-- Decides one request of n counters: specs 1 .. n, or in batch mode the specs whose indexes are
+-- ARGV[a .. a + n - 1]. Returns the reply described above; its writes are left to flush.
+-- The call's counters as specs (key, W, L, cost), each converted once however many checks name
+-- it: in decide mode one per counter of the request, in batch mode as the batch lists them.
+local ck, cw, cl, cc = { 0, 0, 0 }, { 0, 0, 0 }, { 0, 0, 0 }, { 0, 0, 0 }
+local function spec(c, key, window, limit, cost)
+  ck[c], cw[c], cl[c] = key, numbers[window] or number(window), numbers[limit] or number(limit)
+  if cost == '1' then cc[c] = 1 else cc[c] = numbers[cost] or number(cost) end
+end
+
 -- Per counter of the request, 6 slots: its slots in `st`, its time, window index, W, L and cost.
 local s = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 local now_of_text, now_text
-local function decide(k, a, n, now, slack, reference)
+local function decide(n, a, now, slack, reference)
   -- The reply is sized for 3 counters.
   local allowed = true
   for i = 1, n do
-    local b, err = load(KEYS[k + i])
+    -- Counter i of the request is spec c of the call: i itself, or the index the batch names.
+    local c = i
+    if a then
+      c = ARGV[a + i - 1]
+      c = numbers[c] or number(c)
+    end
+    local b, err = load(ck[c])
     if not b then return err end
     local at = now
     if st[b + 1] and st[b + 1] > at then at = st[b + 1] end
-    local v = a + 3 * i - 3
-    -- `numbers` looked up here first: a call of number() costs more than the lookup.
-    local window, limit, cost = ARGV[v], ARGV[v + 1], ARGV[v + 2]
-    window, limit = numbers[window] or number(window), numbers[limit] or number(limit)
-    if cost == '1' then cost = 1 else cost = numbers[cost] or number(cost) end
+    local window, limit, cost = cw[c], cl[c], cc[c]
     local index = (at - at % window) / window
     local j = 6 * i
     s[j - 5], s[j - 4], s[j - 3], s[j - 2], s[j - 1], s[j] = b, at, index, window, limit, cost
@@ -249,17 +261,27 @@ local function plain_fixed_window(keys, argv, script)
   loaded, slot_of = 0, nil
   local reply
   if ARGV[1] == 'batch' then
-    local k, a = 0, 3
+    local m = tonumber(ARGV[3])
+    for c = 1, m do
+      local v = 4 * c
+      spec(c, KEYS[tonumber(ARGV[v])], ARGV[v + 1], ARGV[v + 2], ARGV[v + 3])
+    end
+    local a = 4 * m + 4
     reply = {}
     while a <= #ARGV do
       local n = tonumber(ARGV[a + 1])
       local now, slack = clock(ARGV[a], ARGV[2])
-      reply[#reply + 1] = decide(k, a + 3, n, now, slack, ARGV[a + 2] == '1')
-      k, a = k + n, a + 3 + 3 * n
+      reply[#reply + 1] = decide(n, a + 3, now, slack, ARGV[a + 2] == '1')
+      a = a + 3 + n
     end
   else
+    local n = #KEYS
+    for c = 1, n do
+      local v = 3 * c + 1
+      spec(c, KEYS[c], ARGV[v], ARGV[v + 1], ARGV[v + 2])
+    end
     local now, slack = clock(ARGV[1], ARGV[2])
-    reply = decide(0, 4, #KEYS, now, slack, ARGV[3] == '1')
+    reply = decide(n, nil, now, slack, ARGV[3] == '1')
   end
   flush()
   return reply

@@ -63,24 +63,37 @@ export function fixedWindowArgs(
   return args;
 }
 
-/** A batch call: each request with its own time and counting. */
+/**
+ * A batch call: each request with its own time and counting. Each key, and each counter (a key
+ * with its window, limit and cost), is sent once, and each request names its counters by index:
+ * the checks of a tenant under load share them, and each argument costs Redis a conversion.
+ */
 export function fixedWindowBatchArgs(
   requests: readonly BatchedDecide[],
   countings: readonly FixedWindowCounting[],
   skewToleranceMs: number,
 ): ScriptArgs {
-  let keys = 0;
-  for (const request of requests) keys += request.checks.length;
-  const args: ScriptArgs = [keys];
-  for (const request of requests) for (const check of request.checks) args.push(check.key);
-  args.push('batch', skewToleranceMs);
+  const keys = new Map<string, number>();
+  const counters = new Map<string, number>();
+  const specs: ScriptArgs = [];
+  const named: ScriptArgs = [];
   requests.forEach((request, i) => {
     const counting = countings[i] as FixedWindowCounting;
-    args.push(request.nowMs === undefined ? '' : request.nowMs, request.checks.length);
-    args.push(COUNTINGS[counting]);
-    pushCounters(args, request.checks);
+    named.push(request.nowMs === undefined ? '' : request.nowMs, request.checks.length);
+    named.push(COUNTINGS[counting]);
+    for (const check of request.checks) {
+      let key = keys.get(check.key);
+      if (key === undefined) keys.set(check.key, (key = keys.size + 1));
+      const spec = `${key} ${check.windowMs} ${check.limit} ${check.cost}`;
+      let counter = counters.get(spec);
+      if (counter === undefined) {
+        counters.set(spec, (counter = counters.size + 1));
+        specs.push(key, check.windowMs, check.limit, check.cost);
+      }
+      named.push(counter);
+    }
   });
-  return args;
+  return [keys.size, ...keys.keys(), 'batch', skewToleranceMs, counters.size, ...specs, ...named];
 }
 
 /** The 3 arguments of each counter: W, L and the cost. */

@@ -54,7 +54,7 @@ describe('the script a request runs', () => {
     expect(batchCall(mixed, 0).script).toBe('decision');
     expect(batchCall([{ checks: [reference], nowMs: 5 }], 7)).toMatchObject({
       script: 'fixedWindow',
-      args: [1, plain.key, 'batch', 7, 5, 1, 1, 60_000, 10, 1],
+      args: [1, plain.key, 'batch', 7, 1, 1, 60_000, 10, 1, 5, 1, 1, 1],
     });
   });
 });
