@@ -31,11 +31,17 @@ and Redis TIME is read once, as in dispatch.lua. A counter that several requests
 written once, after the last of them (see `st`).
 
 Reply: { allowed, remaining_1, reset_ms_1, remaining_2, ... }, or, for a request whose counter
-key holds what tollgate did not write, an error reply, with nothing of that request written; in
-batch mode, { reply_1, reply_2, ... }. Whether each counter fits is not sent: the caller knows it
-from the rest (src/store/fixedWindowScript.ts). Plain: a counter of an allowed request fits; of a
-denied one, nothing was consumed and it fits when its cost fits what remains. Reference: it fits
-when its count, which remaining is, is at most L.
+key holds what tollgate did not write, an error reply, with nothing of that request written.
+Whether each counter fits is not sent: the caller knows it from the rest
+(src/store/fixedWindowScript.ts). Plain: a counter of an allowed request fits; of a denied one,
+nothing was consumed and it fits when its cost fits what remains. Reference: it fits when its
+count, which remaining is, is at most L.
+Batch mode replies with one flat array (each table in a reply costs Redis a conversion of its
+own): per request, an error reply, or allowed and each counter's remaining, each followed by its
+reset when the request gave its own time; then, per counter c of the call, its reset for the
+requests on Redis TIME. Those requests share one time, and a counter's time only moves forward to
+it, so a counter has one reset for all of them; a plain counter whose cost exceeds L never
+resets, which the caller knows from the cost (-1).
 
 Plain counting: the request is allowed when every counter fits (c + max(cost, 1) <= L), and then
 each counter consumes its cost. A plain request never shares a key between two counters: the
@@ -174,11 +180,19 @@ local function spec(c, key, window, limit, cost)
   if cost == '1' then cc[c] = 1 else cc[c] = numbers[cost] or number(cost) end
 end
 
--- Per counter of the request, 6 slots: its slots in `st`, its time, window index, W, L and cost.
-local s = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+-- Per counter of the request, 7 slots: its slots in `st`, its time, window index, W, L, cost and
+-- spec.
+local s = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+-- In batch mode, each spec's time to its reset (see the header), as its last check left it.
+local cr = { 0, 0, 0 }
+local out = {}
 local now_of_text, now_text
-local function decide(n, a, now, slack, reference)
-  -- The reply is sized for 3 counters.
+-- Decides one request of n counters: specs 1 .. n, or in batch mode the specs whose indexes are
+-- ARGV[a .. a + n - 1]. Its writes are left to flush. In decide mode it returns the reply
+-- described above. In batch mode it appends the request's reply to `reply` from index p + 1 and
+-- returns the last index written; `paired`: each remaining is followed by its reset, as its time
+-- was given, rather than Redis TIME that the call's checks share.
+local function decide(n, a, now, slack, reference, reply, p, paired)
   local allowed = true
   for i = 1, n do
     -- Counter i of the request is spec c of the call: i itself, or the index the batch names.
@@ -188,31 +202,44 @@ local function decide(n, a, now, slack, reference)
       c = numbers[c] or number(c)
     end
     local b, err = load(ck[c])
-    if not b then return err end
+    if not b then
+      if not reply then return err end
+      reply[p + 1] = err
+      return p + 1
+    end
     local at = now
     if st[b + 1] and st[b + 1] > at then at = st[b + 1] end
     local window, limit, cost = cw[c], cl[c], cc[c]
     local index = (at - at % window) / window
-    local j = 6 * i
-    s[j - 5], s[j - 4], s[j - 3], s[j - 2], s[j - 1], s[j] = b, at, index, window, limit, cost
+    local j = 7 * i
+    s[j - 6], s[j - 5], s[j - 4], s[j - 3], s[j - 2], s[j - 1], s[j] = b, at, index, window,
+      limit, cost, c
     if not reference then
       local c = st[b + 2] == index and st[b + 3] or 0
       if c + (cost > 0 and cost or 1) > limit then allowed = false end
     end
   end
 
-  local reply = { 0, 0, 0, 0, 0, 0, 0 }
-  -- The reply ends at its first nil.
-  reply[2 * n + 2] = nil
+  -- Where counter i's remaining goes, and its reset after it when `step` is 2.
+  local step, own = 2, not reply
+  if own then
+    -- The reply is sized for 3 counters, and ends at its first nil.
+    reply, p = { 0, 0, 0, 0, 0, 0, 0 }, 0
+    reply[2 * n + 2] = nil
+  elseif not paired then
+    step = 1
+  end
   -- A batch's checks share Redis TIME: its text is made once.
   if now ~= now_of_text then now_of_text, now_text = now, string.format('%d', now) end
   for i = 1, n do
-    local j = 6 * i
-    local b, at, index, window, limit, cost = s[j - 5], s[j - 4], s[j - 3], s[j - 2], s[j - 1], s[j]
+    local j = 7 * i
+    local b, at, index, window, limit, cost = s[j - 6], s[j - 5], s[j - 4], s[j - 3], s[j - 2],
+      s[j - 1]
     -- Two counters of one key (the reference's counting) are one count: the later one continues
     -- the earlier one's, as they share their slots.
     local count = st[b + 2] == index and st[b + 3] or 0
     local rest = window - (at - index * window)
+    local at_reply = p + step * (i - 1) + 2
     if reference then
       if cost > 0 then
         count = count + cost
@@ -221,26 +248,29 @@ local function decide(n, a, now, slack, reference)
           string.format('%d', at)
       end
       if count > limit then allowed = false end
-      reply[2 * i], reply[2 * i + 1] = count, rest
+      reply[at_reply] = count
     else
-      local ttl = rest + slack
-      -- A cost that exceeds L never fits: no reset would help.
-      if (cost > 0 and cost or 1) > limit then rest = -1 end
       -- Allowed: every counter fits, so its whole cost is added, never past L.
       if allowed and cost > 0 then
         count = count + cost
-        if st[b + 2] ~= index then st[b + 2], st[b + 5] = index, ttl end
+        if st[b + 2] ~= index then st[b + 2], st[b + 5] = index, rest + slack end
         st[b + 1], st[b + 3], st[b + 4] = at, count, at == now and now_text or
           string.format('%d', at)
       end
       -- A count over L (the limit was lowered since) leaves nothing.
       local remaining = limit - count
       if remaining < 0 then remaining = 0 end
-      reply[2 * i], reply[2 * i + 1] = remaining, rest
+      reply[at_reply] = remaining
+      -- A cost that exceeds L never fits: no reset would help. (A counter's reset for the
+      -- requests on Redis TIME is its window's, which the reference's counting reports: the
+      -- caller applies this.)
+      if step == 2 and (cost > 0 and cost or 1) > limit then rest = -1 end
     end
+    if step == 2 then reply[at_reply + 1] = rest else cr[s[j]] = rest end
   end
-  reply[1] = allowed and 1 or 0
-  return reply
+  reply[p + 1] = allowed and 1 or 0
+  if own then return reply end
+  return p + step * n + 1
 end
 
 -- Redis TIME in ms, read once per call, as dispatch.lua's clock.
@@ -265,15 +295,20 @@ local function plain_fixed_window(keys, argv, script)
     for c = 1, m do
       local v = 4 * c
       spec(c, KEYS[tonumber(ARGV[v])], ARGV[v + 1], ARGV[v + 2], ARGV[v + 3])
+      cr[c] = 0
     end
     local a = 4 * m + 4
-    reply = {}
-    while a <= #ARGV do
-      local n = tonumber(ARGV[a + 1])
-      local now, slack = clock(ARGV[a], ARGV[2])
-      reply[#reply + 1] = decide(n, a + 3, now, slack, ARGV[a + 2] == '1')
+    -- The batch's reply is one flat array, made once and reused: it ends at its first nil.
+    reply = out
+    local p, last = 0, #ARGV
+    while a <= last do
+      local n, given = tonumber(ARGV[a + 1]), ARGV[a]
+      local now, slack = clock(given, ARGV[2])
+      p = decide(n, a + 3, now, slack, ARGV[a + 2] == '1', reply, p, given ~= '')
       a = a + 3 + n
     end
+    for c = 1, m do reply[p + c] = cr[c] end
+    reply[p + m + 1] = nil
   else
     local n = #KEYS
     for c = 1, n do

@@ -67,16 +67,18 @@ export function fixedWindowArgs(
  * A batch call: each request with its own time and counting. Each key, and each counter (a key
  * with its window, limit and cost), is sent once, and each request names its counters by index:
  * the checks of a tenant under load share them, and each argument costs Redis a conversion.
+ * `specs`: the index, among the call's counters, of each check of each request, in order.
  */
 export function fixedWindowBatchArgs(
   requests: readonly BatchedDecide[],
   countings: readonly FixedWindowCounting[],
   skewToleranceMs: number,
-): ScriptArgs {
+): { args: ScriptArgs; specs: number[]; specCount: number } {
   const keys = new Map<string, number>();
   const counters = new Map<string, number>();
-  const specs: ScriptArgs = [];
+  const specArgs: ScriptArgs = [];
   const named: ScriptArgs = [];
+  const specs: number[] = [];
   requests.forEach((request, i) => {
     const counting = countings[i] as FixedWindowCounting;
     named.push(request.nowMs === undefined ? '' : request.nowMs, request.checks.length);
@@ -88,12 +90,25 @@ export function fixedWindowBatchArgs(
       let counter = counters.get(spec);
       if (counter === undefined) {
         counters.set(spec, (counter = counters.size + 1));
-        specs.push(key, check.windowMs, check.limit, check.cost);
+        specArgs.push(key, check.windowMs, check.limit, check.cost);
       }
       named.push(counter);
+      specs.push(counter);
     }
   });
-  return [keys.size, ...keys.keys(), 'batch', skewToleranceMs, counters.size, ...specs, ...named];
+  return {
+    args: [
+      keys.size,
+      ...keys.keys(),
+      'batch',
+      skewToleranceMs,
+      counters.size,
+      ...specArgs,
+      ...named,
+    ],
+    specs,
+    specCount: counters.size,
+  };
 }
 
 /** The 3 arguments of each counter: W, L and the cost. */
@@ -124,11 +139,79 @@ export function readFixedWindow(
   for (let i = 0; i < checks.length; i++) {
     const check = checks[i] as CounterCheck;
     const remaining = numbers[2 * i + 1] as number;
-    const fits =
-      counting === 'reference'
-        ? remaining <= check.limit
-        : allowed || Math.max(check.cost, 1) <= remaining;
-    results.push({ fits, remaining, resetMs: numbers[2 * i + 2] as number });
+    results.push(result(allowed, check, counting, remaining, numbers[2 * i + 2] as number));
   }
   return { allowed, results };
+}
+
+function result(
+  allowed: boolean,
+  check: CounterCheck,
+  counting: FixedWindowCounting,
+  remaining: number,
+  resetMs: number,
+): CounterResult {
+  const fits =
+    counting === 'reference'
+      ? remaining <= check.limit
+      : allowed || Math.max(check.cost, 1) <= remaining;
+  return { fits, remaining, resetMs };
+}
+
+/**
+ * The reply of a batch call, one flat array (see the script's header): per request, an error
+ * reply, or allowed and each counter's remaining, each followed by its reset when the request
+ * gave its own time; then each of the call's counters' reset, which every request on Redis TIME
+ * shares. A plain counter whose cost exceeds its limit never resets (-1). Returns one decision or
+ * error per request; throws when the reply cannot be read.
+ */
+export function readFixedWindowBatch(
+  reply: unknown,
+  requests: readonly BatchedDecide[],
+  countings: readonly FixedWindowCounting[],
+  specs: readonly number[],
+  specCount: number,
+): (StoreDecision | Error)[] {
+  const unreadable = () =>
+    new Error(`ERR unexpected reply from the plain fixed-window code: ${describeReply(reply)}`);
+  if (!Array.isArray(reply)) throw unreadable();
+  const resets = reply.length - specCount;
+  const number = (at: number): number => {
+    const value: unknown = reply[at];
+    if (at >= resets || typeof value !== 'number') throw unreadable();
+    return value;
+  };
+  let at = 0;
+  let checked = 0;
+  const decisions = requests.map((request, i): StoreDecision | Error => {
+    const { checks, nowMs } = request;
+    const own: unknown = reply[at];
+    if (own instanceof Error) {
+      at += 1;
+      checked += checks.length;
+      return own;
+    }
+    const counting = countings[i] as FixedWindowCounting;
+    const allowed = number(at) === 1;
+    at += 1;
+    const results: CounterResult[] = [];
+    for (const check of checks) {
+      const remaining = number(at);
+      let resetMs: number;
+      if (nowMs === undefined) {
+        const shared = reply[resets + (specs[checked] as number) - 1];
+        if (typeof shared !== 'number') throw unreadable();
+        resetMs = counting === 'plain' && Math.max(check.cost, 1) > check.limit ? -1 : shared;
+        at += 1;
+      } else {
+        resetMs = number(at + 1);
+        at += 2;
+      }
+      checked += 1;
+      results.push(result(allowed, check, counting, remaining, resetMs));
+    }
+    return { allowed, results };
+  });
+  if (at !== resets) throw unreadable();
+  return decisions;
 }

@@ -12,6 +12,7 @@ import {
   fixedWindowBatchArgs,
   fixedWindowCounting,
   readFixedWindow,
+  readFixedWindowBatch,
   type FixedWindowCounting,
 } from './fixedWindowScript.js';
 import { decisionCode, scriptSha, type ScriptName } from './library.js';
@@ -224,13 +225,11 @@ export function batchCall(requests: readonly BatchedDecide[], skewToleranceMs: n
     }
     countings.push(counting);
   }
+  const { args, specs, specCount } = fixedWindowBatchArgs(requests, countings, skewToleranceMs);
   return {
     script: 'fixedWindow',
-    args: fixedWindowBatchArgs(requests, countings, skewToleranceMs),
-    read: (reply) =>
-      readBatch(reply, requests, (own, { checks }, i) =>
-        readFixedWindow(own, checks, countings[i] as FixedWindowCounting),
-      ),
+    args,
+    read: (reply) => readFixedWindowBatch(reply, requests, countings, specs, specCount),
   };
 }
 

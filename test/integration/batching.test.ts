@@ -108,6 +108,110 @@ describe.each(CALL_PATHS)('a batch of fixed windows, calls as %s', (path) => {
   });
 });
 
+describe.each(CALL_PATHS)('a batch of fixed windows on Redis TIME, calls as %s', (path) => {
+  const HOUR = 3_600_000;
+  const DAY = 86_400_000;
+
+  it("gives each request its own remaining and each counter its window's reset", async () => {
+    const store: Store = await openPathStore(redis, path, { batchLimit: 16 });
+    try {
+      const tag = `{resets-${path}}`;
+      const fixed = (name: string, windowMs: number, limit: number, cost = 1): CounterCheck => ({
+        ...counter(`tg:${tag}:${name}`),
+        algorithm: 'fixed_window',
+        windowMs,
+        limit,
+        burst: limit,
+        cost,
+      });
+      const reference = (name: string, limit: number, cost: number): CounterCheck => ({
+        ...fixed(name, HOUR, limit, cost),
+        reference: { stop: false, held: false, cached: false },
+      });
+      await redis.client.set(`tg:${tag}:foreign`, 'not a counter');
+      const requests: CounterCheck[][] = [
+        [fixed('a', HOUR, 5), fixed('b', DAY, 3)],
+        [fixed('a', HOUR, 5), fixed('b', DAY, 3)],
+        // A key that tollgate did not write fails its request alone, and writes nothing of it.
+        [fixed('a', HOUR, 5), fixed('foreign', HOUR, 5)],
+        // A cost over the limit never fits: denied, and no reset would help.
+        [fixed('a', HOUR, 5, 9)],
+        [fixed('b', DAY, 3), fixed('a', HOUR, 5)],
+        [reference('r', 2, 3)],
+      ];
+      await redis.client.config('RESETSTAT');
+      const before = await redisMs();
+      const outcomes = await Promise.allSettled(
+        requests.map((checks) => store.decide(checks, undefined)),
+      );
+      const after = await redisMs();
+      expect(await scriptCalls()).toBe(1);
+      const decided = outcomes.map((outcome) =>
+        outcome.status === 'fulfilled' ? outcome.value : undefined,
+      );
+      expect(outcomes[2]?.status).toBe('rejected');
+      expect(decided.map((decision) => decision?.allowed)).toEqual([
+        true,
+        true,
+        undefined,
+        false,
+        true,
+        false,
+      ]);
+      expect(
+        decided.map((decision) =>
+          decision?.results.map(({ remaining, fits }) => [remaining, fits]),
+        ),
+      ).toEqual([
+        [
+          [4, true],
+          [2, true],
+        ],
+        [
+          [3, true],
+          [1, true],
+        ],
+        undefined,
+        [[3, false]],
+        [
+          [0, true],
+          [2, true],
+        ],
+        // The reference's counting: remaining is the count, past the limit.
+        [[3, false]],
+      ]);
+      // Each counter's reset is the rest of its own window, on Redis's clock.
+      const rest = (windowMs: number) => [
+        windowMs - (after % windowMs),
+        windowMs - (before % windowMs),
+      ];
+      const within = (resetMs: number | undefined, windowMs: number) => {
+        const [least, most] = rest(windowMs) as [number, number];
+        return resetMs !== undefined && resetMs >= least && resetMs <= most;
+      };
+      const resets = decided.map((decision) => decision?.results.map(({ resetMs }) => resetMs));
+      for (const i of [0, 1]) {
+        expect(within(resets[i]?.[0], HOUR)).toBe(true);
+        expect(within(resets[i]?.[1], DAY)).toBe(true);
+      }
+      expect(resets[3]).toEqual([-1]);
+      expect(within(resets[4]?.[0], DAY)).toBe(true);
+      expect(within(resets[4]?.[1], HOUR)).toBe(true);
+      expect(within(resets[5]?.[0], HOUR)).toBe(true);
+      // Nothing of the failed request was written: 'a' holds the 3 allowed requests' count.
+      expect(await redis.client.hget(`tg:${tag}:a`, 'c')).toBe('3');
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+/** Redis's clock, in ms. */
+async function redisMs(): Promise<number> {
+  const [seconds, micros] = await redis.client.time();
+  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+}
+
 describe('with REDIS_BATCH_WINDOW', () => {
   it('decides calls made within the window in one script call, in the order made', async () => {
     // A window far longer than the gaps between the calls, so a busy machine keeps them in it.
