@@ -29,10 +29,18 @@ export interface GhzResult {
   cpuSeconds: number;
   /** Calls answered OK within GOODPUT_MS, from ghz's per-call details (see answeredInTime). */
   answeredInTime: number;
+  /**
+   * Calls answered OK after LATE_MS, counted the same way: a service bounding its Redis calls by
+   * tollgate's default REDIS_TIMEOUT would have failed each of them.
+   */
+  answeredLate: number;
 }
 
 /** Envoy's default timeout for a rate-limit call: a later answer is as good as none. */
 export const GOODPUT_MS = 20;
+
+/** tollgate's default REDIS_TIMEOUT: the calls of other services slower than this (answeredLate). */
+export const LATE_MS = 15;
 
 /** One call as ghz's JSON report details it; latency in nanoseconds. */
 export interface GhzCall {
@@ -139,6 +147,16 @@ export function answeredInTime(calls: readonly GhzCall[], withinMs: number): num
   return count;
 }
 
+/** How many calls were answered OK after `afterMs`, counted as answeredInTime counts. */
+export function answeredLate(calls: readonly GhzCall[], afterMs: number): number {
+  const limit = afterMs * 1e6;
+  let count = 0;
+  for (const call of calls) {
+    if (call.status === 'OK' && !call.error && call.latency > limit) count += 1;
+  }
+  return count;
+}
+
 function summarize(report: GhzReport, wallSeconds: number, cpuSeconds: number): GhzResult {
   const percentile = (p: number) =>
     report.latencyDistribution?.find((entry) => entry.percentage === p)?.latency;
@@ -162,5 +180,6 @@ function summarize(report: GhzReport, wallSeconds: number, cpuSeconds: number): 
     latencyMs,
     cpuSeconds,
     answeredInTime: answeredInTime(report.details ?? [], GOODPUT_MS),
+    answeredLate: answeredLate(report.details ?? [], LATE_MS),
   };
 }

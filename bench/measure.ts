@@ -29,6 +29,8 @@ export interface RunResult {
   errorRate: number;
   /** Calls answered OK within Envoy's default 20 ms timeout (ghz.ts, GOODPUT_MS). */
   answeredInTime: number;
+  /** Calls answered OK after tollgate's default REDIS_TIMEOUT (ghz.ts, LATE_MS). */
+  answeredLate?: number;
   /** Percent of one core over the run. */
   cpu: { service: number; redis: number | null; ghz: number };
   /**
@@ -94,6 +96,7 @@ export async function measure(
     errors: result.errors,
     errorRate: result.count > 0 ? (result.count - ok) / result.count : 1,
     answeredInTime: result.answeredInTime,
+    answeredLate: result.answeredLate,
     cpu: {
       service: percent(serviceCpu),
       redis:

@@ -1,5 +1,5 @@
 import type { AdmissionResult } from './admission.js';
-import { GOODPUT_MS } from './ghz.js';
+import { GOODPUT_MS, LATE_MS } from './ghz.js';
 import type { RunResult } from './measure.js';
 import { REDIS_COST_TIERS, type BenchResults } from './results.js';
 import type { TierTail } from './tailDiagnostics.js';
@@ -451,7 +451,7 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
     const rates = [...new Set(entries.flatMap((entry) => entry.tiers.map((t) => t.offeredRps)))];
     lines.push(
       '',
-      `p50 / p99 in ms, goodput within ${GOODPUT_MS} ms, and errors, at constant rates (${scenario}):`,
+      `p50 / p99 in ms, goodput within ${GOODPUT_MS} ms, errors, and calls answered after ${LATE_MS} ms (tollgate's REDIS_TIMEOUT, under which each would have failed), at constant rates (${scenario}):`,
       '',
       ...header(['service', ...rates.map((r) => `${rps(r)} req/s`)]),
     );
@@ -464,7 +464,8 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
             if (!tier) return '';
             const ms = (v: number | null) => (v === null ? 'n/a' : v.toFixed(2));
             const mark = tier.verdict === 'ok' ? '' : ` (${tier.verdict})`;
-            return `${ms(tier.p50)} / ${ms(tier.p99)}, ${goodput(tier.goodput)}, ${tier.errors} errors${mark}`;
+            const late = tier.late ? `, ${tier.late} after ${LATE_MS} ms` : '';
+            return `${ms(tier.p50)} / ${ms(tier.p99)}, ${goodput(tier.goodput)}, ${tier.errors} errors${late}${mark}`;
           }),
         ]),
       );

@@ -1,3 +1,4 @@
+import { LATE_MS } from './ghz.js';
 import type { AdmissionResult } from './admission.js';
 import type { Machine } from './machine.js';
 import type { MemoryRun } from './memory.js';
@@ -125,7 +126,7 @@ export function missingFields(results: BenchResults): string[] {
     if (Object.keys(run.statusCodes).length === 0) problems.push(`${where}: no status codes`);
     number(`${where}.cpu.service`, run.cpu.service);
     number(`${where}.cpu.ghz`, run.cpu.ghz);
-    if (['redis', 'bare-http2-redis', COMMANDS_FLOOR].includes(run.service)) {
+    if (['redis', ROUND_TRIP_FLOOR, COMMANDS_FLOOR].includes(run.service)) {
       number(`${where}.cpu.redis`, run.cpu.redis);
       number(`${where}.redis.scriptCallsPerRequest`, run.redis?.scriptCallsPerRequest);
     }
@@ -226,6 +227,9 @@ export const JUDGED = 'tollgate-fixed';
 /** The floor the p99 targets compare with: bare node:http2, no Redis (bareServer.ts). */
 export const P99_FLOOR = 'bare-http2';
 
+/** The floor making one Redis round trip per call and deciding nothing (bareServer.ts). */
+export const ROUND_TRIP_FLOOR = 'bare-http2-redis';
+
 /** The floor running exactly an exact decision's Redis commands (bench/commandsFloor.ts). */
 export const COMMANDS_FLOOR = 'bare-http2-commands';
 
@@ -249,8 +253,9 @@ export function versusTargets(versus: VersusResults): Target[] {
     const tollgate = entries.find((entry) => entry.service === JUDGED);
     const floor = entries.find((entry) => entry.service === P99_FLOOR);
     const commands = entries.find((entry) => entry.service === COMMANDS_FLOOR);
+    const roundTrip = entries.find((entry) => entry.service === ROUND_TRIP_FLOOR);
     if (!reference || !tollgate) continue;
-    const compared = { reference, tollgate, floor, commands };
+    const compared = { reference, tollgate, floor, commands, roundTrip };
     targets.push(...scenarioTargets(scenario, versus.costRps, compared));
   }
   const check = versus.admission.find((result) => result.service === JUDGED);
@@ -273,6 +278,8 @@ interface Compared {
   tollgate: VersusEntry;
   floor: VersusEntry | undefined;
   commands: VersusEntry | undefined;
+  /** The node:http2 floor making one Redis round trip per call (bare-http2-redis). */
+  roundTrip: VersusEntry | undefined;
 }
 
 /**
@@ -316,7 +323,7 @@ function scenarioTargets(scenario: string, costRps: number, compared: Compared):
         ),
     ),
     ...P99_TIERS.map((rps) => p99Target(scenario, rps, compared)),
-    errorsTarget(scenario, reference, tollgate),
+    errorsTarget(scenario, compared),
     ratioTarget(
       `closed-loop throughput, ${scenario}`,
       ratioOf(tollgate.closedLoop.medianRps, reference.closedLoop.medianRps),
@@ -357,7 +364,8 @@ function p99Target(scenario: string, rps: number, compared: Compared): Target {
 }
 
 /** No failed call at any tier where the reference failed none. */
-function errorsTarget(scenario: string, reference: VersusEntry, tollgate: VersusEntry): Target {
+function errorsTarget(scenario: string, compared: Compared): Target {
+  const { reference, tollgate, roundTrip } = compared;
   const clean = reference.tiers.filter((tier) => tier.errors === 0).map((tier) => tier.offeredRps);
   const judged = tollgate.tiers.filter((tier) => clean.includes(tier.offeredRps));
   const errors = judged.reduce((sum, tier) => sum + tier.errors, 0);
@@ -372,9 +380,28 @@ function errorsTarget(scenario: string, reference: VersusEntry, tollgate: Versus
         ? 'no tier where the reference had no errors was run by both'
         : `tiers ${judged.map((tier) => rate(tier.offeredRps)).join(', ')}` +
           (failing.length > 0
-            ? `; errors at ${failing.map((tier) => `${rate(tier.offeredRps)} (${tier.errors})`).join(', ')}`
+            ? `; errors at ${failing.map((tier) => `${rate(tier.offeredRps)} (${tier.errors})`).join(', ')}` +
+              lateNote(failing, reference, roundTrip)
             : ''),
   };
+}
+
+/**
+ * At the tiers where tollgate failed calls: how many calls the reference, and the Redis
+ * round-trip floor, answered after tollgate's REDIS_TIMEOUT, in the same run. Each of those would
+ * have failed under that bound; such answers mean the machine held Redis's answers that long.
+ */
+function lateNote(
+  failing: readonly { offeredRps: number }[],
+  reference: VersusEntry,
+  roundTrip: VersusEntry | undefined,
+): string {
+  const counts = (entry: VersusEntry | undefined) =>
+    failing.map(({ offeredRps }) => tierOf(entry, offeredRps)?.late ?? 'n/a').join(', ');
+  return (
+    `; answered after ${LATE_MS} ms there, where a ${LATE_MS} ms bound fails a call: ` +
+    `the reference ${counts(reference)}, the Redis round-trip floor ${counts(roundTrip)}`
+  );
 }
 
 const us = (value: number | undefined) =>

@@ -37,6 +37,11 @@ export interface VersusTier {
   errorRate: number;
   /** Of all the rounds' calls, the share answered OK within Envoy's 20 ms timeout. */
   goodput: number;
+  /**
+   * Of all the rounds' calls, those answered OK after tollgate's default REDIS_TIMEOUT (15 ms):
+   * under that bound each would have failed. Absent from results written before it was counted.
+   */
+  late?: number;
   /** What a decision cost at this rate, the median of the rounds'; null without rounds. */
   cost: VersusCost | null;
   /** The service's event loop and GC over the rounds, with `--tail-diagnostics` only. */
@@ -88,6 +93,7 @@ export function summarizeTier(
     errors: requests - ok,
     errorRate: requests > 0 ? (requests - ok) / requests : 1,
     goodput: requests > 0 ? inTime / requests : 0,
+    late: runs.reduce((sum, run) => sum + (run.answeredLate ?? 0), 0),
     cost: medianCost(runs.map(costOf)),
   };
 }

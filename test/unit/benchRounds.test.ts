@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { againstDir, againstName, parseAgainstRef } from '../../bench/against.js';
-import { answeredInTime, GOODPUT_MS } from '../../bench/ghz.js';
+import { answeredInTime, answeredLate, GOODPUT_MS, LATE_MS } from '../../bench/ghz.js';
 import type { RunResult } from '../../bench/measure.js';
 import { makePlan } from '../../bench/plan.js';
 import { rlqsBoundSection, rlqsSection, versusReport } from '../../bench/report.js';
@@ -49,6 +49,19 @@ describe('goodput', () => {
     ];
     expect(answeredInTime(calls, GOODPUT_MS)).toBe(2);
     expect(answeredInTime([], GOODPUT_MS)).toBe(0);
+  });
+
+  it("counts the calls answered OK after tollgate's 15 ms REDIS_TIMEOUT, which it would fail", () => {
+    expect(LATE_MS).toBe(15);
+    const calls = [
+      { latency: 15 * ms, status: 'OK' }, // exactly at the bound: in time
+      { latency: 15 * ms + 1, status: 'OK' },
+      { latency: 300 * ms, status: 'OK' },
+      { latency: 30 * ms, status: 'Unavailable', error: 'rpc error: code = Unavailable' },
+    ];
+    expect(answeredLate(calls, LATE_MS)).toBe(2);
+    const tier = summarizeTier(1_000, [run({ answeredLate: 2 }), run({ answeredLate: 5 })]);
+    expect(tier.late).toBe(7);
   });
 
   it("shares the rounds' calls: a round with fewer calls weighs less", () => {
@@ -360,6 +373,7 @@ function run(over: {
   requests?: number;
   ok?: number;
   answeredInTime?: number;
+  answeredLate?: number;
   achievedRps?: number;
   p99?: number;
   cpu?: RunResult['cpu'];
@@ -378,6 +392,7 @@ function run(over: {
     errors: {},
     errorRate: (requests - ok) / requests,
     answeredInTime: over.answeredInTime ?? ok,
+    answeredLate: over.answeredLate ?? 0,
     cpu: over.cpu ?? { service: 20, redis: 4, ghz: 50 },
     redis: null,
     outcomes: null,
