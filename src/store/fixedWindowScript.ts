@@ -74,8 +74,9 @@ export function fixedWindowBatchArgs(
   countings: readonly FixedWindowCounting[],
   skewToleranceMs: number,
 ): { args: ScriptArgs; specs: number[]; specCount: number } {
-  const keys = new Map<string, number>();
-  const counters = new Map<string, number>();
+  // Per key: its index in KEYS, then each of its counters as (W, L, cost, index among the call's).
+  const keys = new Map<string, number[]>();
+  let specCount = 0;
   const specArgs: ScriptArgs = [];
   const named: ScriptArgs = [];
   const specs: number[] = [];
@@ -84,30 +85,29 @@ export function fixedWindowBatchArgs(
     named.push(request.nowMs === undefined ? '' : request.nowMs, request.checks.length);
     named.push(COUNTINGS[counting]);
     for (const check of request.checks) {
+      const { windowMs, limit, cost } = check;
       let key = keys.get(check.key);
-      if (key === undefined) keys.set(check.key, (key = keys.size + 1));
-      const spec = `${key} ${check.windowMs} ${check.limit} ${check.cost}`;
-      let counter = counters.get(spec);
-      if (counter === undefined) {
-        counters.set(spec, (counter = counters.size + 1));
-        specArgs.push(key, check.windowMs, check.limit, check.cost);
+      if (key === undefined) keys.set(check.key, (key = [keys.size + 1]));
+      let counter = 0;
+      for (let at = 1; at < key.length; at += 4) {
+        if (key[at] === windowMs && key[at + 1] === limit && key[at + 2] === cost) {
+          counter = key[at + 3] as number;
+          break;
+        }
+      }
+      if (counter === 0) {
+        counter = ++specCount;
+        key.push(windowMs, limit, cost, counter);
+        specArgs.push(key[0] as number, windowMs, limit, cost);
       }
       named.push(counter);
       specs.push(counter);
     }
   });
   return {
-    args: [
-      keys.size,
-      ...keys.keys(),
-      'batch',
-      skewToleranceMs,
-      counters.size,
-      ...specArgs,
-      ...named,
-    ],
+    args: [keys.size, ...keys.keys(), 'batch', skewToleranceMs, specCount, ...specArgs, ...named],
     specs,
-    specCount: counters.size,
+    specCount,
   };
 }
 
