@@ -30,8 +30,8 @@ export interface GhzResult {
   /** Calls answered OK within GOODPUT_MS, from ghz's per-call details (see answeredInTime). */
   answeredInTime: number;
   /**
-   * Calls answered OK after LATE_MS, counted the same way: a service bounding its Redis calls by
-   * tollgate's default REDIS_TIMEOUT would have failed each of them.
+   * Calls answered OK after LATE_MS, end to end, counted the same way: at most these would have
+   * failed in a service bounding its Redis calls by tollgate's default REDIS_TIMEOUT.
    */
   answeredLate: number;
 }
@@ -39,7 +39,7 @@ export interface GhzResult {
 /** Envoy's default timeout for a rate-limit call: a later answer is as good as none. */
 export const GOODPUT_MS = 20;
 
-/** tollgate's default REDIS_TIMEOUT: the calls of other services slower than this (answeredLate). */
+/** tollgate's default REDIS_TIMEOUT: calls answered later than this (answeredLate). */
 export const LATE_MS = 15;
 
 /** One call as ghz's JSON report details it; latency in nanoseconds. */

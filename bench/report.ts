@@ -451,7 +451,7 @@ function versusSection(results: Pick<BenchResults, 'versus' | 'plan'>): string[]
     const rates = [...new Set(entries.flatMap((entry) => entry.tiers.map((t) => t.offeredRps)))];
     lines.push(
       '',
-      `p50 / p99 in ms, goodput within ${GOODPUT_MS} ms, errors, and calls answered after ${LATE_MS} ms (tollgate's REDIS_TIMEOUT, under which each would have failed), at constant rates (${scenario}):`,
+      `p50 / p99 in ms, goodput within ${GOODPUT_MS} ms, errors, and calls answered after ${LATE_MS} ms end to end (tollgate's REDIS_TIMEOUT bounds the Redis call alone), at constant rates (${scenario}):`,
       '',
       ...header(['service', ...rates.map((r) => `${rps(r)} req/s`)]),
     );

@@ -406,8 +406,9 @@ function errorsTarget(scenario: string, compared: Compared): Target {
 
 /**
  * At the tiers where tollgate failed calls: how many calls the reference, and the Redis
- * round-trip floor, answered after tollgate's REDIS_TIMEOUT, in the same run. Each of those would
- * have failed under that bound; such answers mean the machine held Redis's answers that long.
+ * round-trip floor, answered after tollgate's REDIS_TIMEOUT, end to end, in the same run: the
+ * machine held those calls that long, and a bound of that length on the Redis call alone would
+ * have failed those of them that waited on Redis (an upper bound).
  */
 function lateNote(
   failing: readonly { offeredRps: number }[],
@@ -417,7 +418,7 @@ function lateNote(
   const counts = (entry: VersusEntry | undefined) =>
     failing.map(({ offeredRps }) => tierOf(entry, offeredRps)?.late ?? 'n/a').join(', ');
   return (
-    `; answered after ${LATE_MS} ms there, where a ${LATE_MS} ms bound fails a call: ` +
+    `; answered after ${LATE_MS} ms there, end to end: ` +
     `the reference ${counts(reference)}, the Redis round-trip floor ${counts(roundTrip)}`
   );
 }

@@ -38,8 +38,8 @@ export interface VersusTier {
   /** Of all the rounds' calls, the share answered OK within Envoy's 20 ms timeout. */
   goodput: number;
   /**
-   * Of all the rounds' calls, those answered OK after tollgate's default REDIS_TIMEOUT (15 ms):
-   * under that bound each would have failed. Absent from results written before it was counted.
+   * Of all the rounds' calls, those answered OK after tollgate's default REDIS_TIMEOUT (15 ms), end
+   * to end. Absent from results written before it was counted.
    */
   late?: number;
   /** What a decision cost at this rate, the median of the rounds'; null without rounds. */
