@@ -293,9 +293,13 @@ function commandsFloorNote(
   goal: number,
 ): string {
   if (floorUs === undefined) return '';
-  const ratio = ratioOf(floorUs, referenceUs);
+  return floorNote('the commands floor', us(floorUs), ratioOf(floorUs, referenceUs), goal);
+}
+
+/** `; FLOOR: VALUE, RATIO×`, and whether that floor is over the target's goal itself. */
+function floorNote(floor: string, value: string, ratio: number | null, goal: number): string {
   const over = ratio !== null && ratio > goal ? ', over the target itself' : '';
-  return `; the commands floor: ${us(floorUs)}, ${ratio === null ? 'n/a' : `${ratio.toFixed(2)}×`}${over}`;
+  return `; ${floor}: ${value}, ${ratio === null ? 'n/a' : `${ratio.toFixed(2)}×`}${over}`;
 }
 
 const tierOf = (entry: VersusEntry | undefined, rps: number) =>
@@ -377,8 +381,7 @@ function roundTripNote(
 ): string {
   if (roundTripMs === undefined) return '';
   const ratio = ratioOf(roundTripMs, floorMs);
-  const over = ratio !== null && ratio > goal ? ', over the target itself' : '';
-  return `; the Redis round-trip floor: ${fixed(roundTripMs)} ms, ${ratio === null ? 'n/a' : `${ratio.toFixed(2)}×`}${over}`;
+  return floorNote('the Redis round-trip floor', `${fixed(roundTripMs)} ms`, ratio, goal);
 }
 
 /** No failed call at any tier where the reference failed none. */
