@@ -237,6 +237,10 @@ describe("the comparison's report", () => {
     expect(text).toMatch(
       /\| p99 at 3,000 req\/s ÷ the node:http2 floor's, one-descriptor \| ≤ 1\.25× \| 1\.25× \| met \|/,
     );
+    // The floor that makes one Redis round trip, against the same node:http2 floor.
+    expect(text).toMatch(
+      /\| p99 at 3,000 req\/s ÷ the node:http2 floor's[^\n]*; the Redis round-trip floor: 1\.80 ms, 1\.13× \|/,
+    );
     expect(text).not.toContain('event loop delay');
     expect(text).toMatch(/\| exactness: [^|]+ \| = the limit, \? \| n\/a \| missed \|/);
   });
