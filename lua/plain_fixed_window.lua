@@ -40,8 +40,7 @@ Batch mode replies with one flat array (each table in a reply costs Redis a conv
 own): per request, an error reply, or allowed and each counter's remaining, each followed by its
 reset when the request gave its own time; then, per counter c of the call, its reset for the
 requests on Redis TIME. Those requests share one time, and a counter's time only moves forward to
-it, so a counter has one reset for all of them; a plain counter whose cost exceeds L never
-resets, which the caller knows from the cost (-1).
+it, so a counter has one reset for all of them.
 
 Plain counting: the request is allowed when every counter fits (c + max(cost, 1) <= L), and then
 each counter consumes its cost. A plain request never shares a key between two counters: the
@@ -50,7 +49,8 @@ Reference counting: each counter in order adds its cost whatever the others do, 
 its count after that is at most L; remaining is that count. Two counters of one key are one
 count, the later one after the earlier.
 
-Reset: W - e; -1 for a plain counter whose cost exceeds L. TTL: the rest of the window, plus the
+Reset: W - e (the caller reports -1 for a plain counter whose cost exceeds L, which no reset
+would help). TTL: the rest of the window, plus the
 slack, set by the window's first write (see expire_once in lib.lua). TIME and the writes fail the
 whole call on error, and a refused command is named, as in dispatch.lua. This script has no
 refund mode: a request that spans cluster slots goes to dispatch.lua, whose refund gives back
@@ -261,10 +261,6 @@ local function decide(n, a, now, slack, reference, reply, p, paired)
       local remaining = limit - count
       if remaining < 0 then remaining = 0 end
       reply[at_reply] = remaining
-      -- A cost that exceeds L never fits: no reset would help. (A counter's reset for the
-      -- requests on Redis TIME is its window's, which the reference's counting reports: the
-      -- caller applies this.)
-      if step == 2 and (cost > 0 and cost or 1) > limit then rest = -1 end
     end
     if step == 2 then reply[at_reply + 1] = rest else cr[s[j]] = rest end
   end

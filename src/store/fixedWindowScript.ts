@@ -144,6 +144,10 @@ export function readFixedWindow(
   return { allowed, results };
 }
 
+/**
+ * One counter's result from what the code sent: its remaining and its window's reset. A plain
+ * counter whose cost exceeds its limit never fits, and no reset would help: -1.
+ */
 function result(
   allowed: boolean,
   check: CounterCheck,
@@ -151,18 +155,20 @@ function result(
   remaining: number,
   resetMs: number,
 ): CounterResult {
-  const fits =
-    counting === 'reference'
-      ? remaining <= check.limit
-      : allowed || Math.max(check.cost, 1) <= remaining;
-  return { fits, remaining, resetMs };
+  if (counting === 'reference') return { fits: remaining <= check.limit, remaining, resetMs };
+  const cost = Math.max(check.cost, 1);
+  return {
+    fits: allowed || cost <= remaining,
+    remaining,
+    resetMs: cost > check.limit ? -1 : resetMs,
+  };
 }
 
 /**
  * The reply of a batch call, one flat array (see the script's header): per request, an error
  * reply, or allowed and each counter's remaining, each followed by its reset when the request
  * gave its own time; then each of the call's counters' reset, which every request on Redis TIME
- * shares. A plain counter whose cost exceeds its limit never resets (-1). Returns one decision or
+ * shares. Returns one decision or
  * error per request; throws when the reply cannot be read.
  */
 export function readFixedWindowBatch(
@@ -201,7 +207,7 @@ export function readFixedWindowBatch(
       if (nowMs === undefined) {
         const shared = reply[resets + (specs[checked] as number) - 1];
         if (typeof shared !== 'number') throw unreadable();
-        resetMs = counting === 'plain' && Math.max(check.cost, 1) > check.limit ? -1 : shared;
+        resetMs = shared;
         at += 1;
       } else {
         resetMs = number(at + 1);
