@@ -13,15 +13,16 @@
 // Run as a script, it does a whole measurement on 127.0.0.1 and stops by itself:
 //
 //   node scripts/loop-delay.mjs --rps 1000 --seconds 20 [--warmup 5] [--node BIN] [--scenario three]
-//     [--server FILE] [--redis-url URL] [-- FLAG...]
+//     [--server FILE] [--redis-url URL] [--stdout FILE] [-- FLAG...]
 //
 // tollgate (dist/, built) on its in-memory store (or the Redis of --redis-url) with fixed windows, ghz (PATH or .cache/ghz/)
 // sending one descriptor (or three) at a constant rate, 50 calls in flight on 4 connections, FLAGs
 // given to node. The loop is measured after a warm-up at the same rate. It prints ghz's p50/p99
 // beside the loop's numbers and the process's CPU per call. --server runs another entry point with
-// the same environment (GRPC_PORT, PORT), such as the bench's bare servers.
+// the same environment (GRPC_PORT, PORT), such as the bench's bare servers. --stdout keeps the
+// service's standard output in FILE, for what a FLAG such as --trace-gc-nvp prints there.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -208,9 +209,10 @@ async function measure(args) {
   const grpcPort = await freePort();
   const httpPort = await freePort();
   const entry = resolve(flag('server', join(root, 'dist/main.js')));
+  const stdoutFile = flag('stdout', '');
   const service = spawn(node, [...nodeFlags, '--import', self, entry], {
     cwd: root,
-    stdio: ['ignore', 'ignore', 'pipe'],
+    stdio: ['ignore', stdoutFile ? openSync(stdoutFile, 'w') : 'ignore', 'pipe'],
     env: {
       ...process.env,
       CONFIG_PATH: join(work, 'rules.yaml'),
