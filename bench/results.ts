@@ -364,10 +364,15 @@ function p99Target(scenario: string, rps: number, compared: Compared): Target {
     ratioOf(mine?.p99, floor?.p99),
     { atMost: goal },
     mine && floor
-      ? `${fixed(mine.p99)} against ${fixed(floor.p99)} ms, medians of ${mine.p99Rounds.length} and ${floor.p99Rounds.length} rounds` +
+      ? `${fixed(mine.p99)} against ${fixed(floor.p99)} ms, medians of the rounds' ${roundsOf(mine.p99Rounds)} and ${roundsOf(floor.p99Rounds)}` +
           roundTripNote(roundTrip?.p99, floor.p99, goal)
       : 'the tier was not run by both tollgate and the floor',
   );
+}
+
+/** A tier's rounds, in the order they ran, so that a reader sees how far they spread. */
+function roundsOf(values: readonly (number | null)[]): string {
+  return `(${values.map((value) => (value === null ? 'n/a' : value.toFixed(1))).join(', ')})`;
 }
 
 /**
