@@ -97,22 +97,27 @@ async function runAlone(settings: Settings, logger: Logger): Promise<void> {
   // Until start-up ends, nothing has served: a stop ends the process at once, with status 0 as a
   // stop that was asked for, where Node would end it by the signal. Start-up may wait long (for
   // the first rules from xDS), so waiting for it to drain after it would not do.
-  const stopDuringStartup = (signal: NodeJS.Signals) => {
+  //
+  // One listener per signal for the whole run, which changes what it does once start-up ends.
+  // Node hands a signal to the listeners there were when it arrived: one that arrives in the turn
+  // that ends start-up, with its listener removed and another added in that turn, reaches
+  // neither, and the process would run on until killed.
+  let onStop: (signal: NodeJS.Signals) => void = (signal) => {
     logger.info({ signal }, 'stopped during start-up');
     process.exit(0);
   };
-  for (const signal of STOP_SIGNALS) process.once(signal, stopDuringStartup);
+  for (const signal of STOP_SIGNALS) process.on(signal, () => onStop(signal));
   await holdingOpen(service.start());
-  for (const signal of STOP_SIGNALS) {
-    process.removeListener(signal, stopDuringStartup);
-    process.once(signal, () => {
-      logger.info({ signal }, 'draining');
-      void service.stop().then(
-        () => process.exit(0),
-        (error: unknown) => exitAfterFailedStop(logger, error),
-      );
-    });
-  }
+  let draining = false;
+  onStop = (signal) => {
+    if (draining) return;
+    draining = true;
+    logger.info({ signal }, 'draining');
+    void service.stop().then(
+      () => process.exit(0),
+      (error: unknown) => exitAfterFailedStop(logger, error),
+    );
+  };
 }
 
 /**

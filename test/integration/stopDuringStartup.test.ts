@@ -44,4 +44,37 @@ describe('start-up that waits for the first xDS rules', () => {
     expect(ended, output).toEqual({ code: 0, signal: null });
     expect(output).toMatch(/"signal":"SIGTERM".*"msg":"stopped during start-up"/);
   });
+
+  it('drains on a SIGTERM that arrives in the turn that ends start-up, rather than losing it', async () => {
+    // The signal is sent from inside tollgate as it logs `listening`; the turn goes on to end
+    // start-up. Before, the process then ran on with no listener for it, until killed.
+    const child = spawn(
+      process.execPath,
+      ['--import', './test/fixtures/signals/termOnListening.mjs', 'dist/main.js'],
+      {
+        env: {
+          ...process.env,
+          GRPC_HOST: '127.0.0.1',
+          GRPC_PORT: String(await freePort()),
+          HOST: '127.0.0.1',
+          PORT: String(await freePort()),
+          LOG_LEVEL: 'info',
+          REDIS_URL: '',
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const exit = new Promise<{ code: number | null; signal: string | null }>((resolve) =>
+      child.once('exit', (code, signal) => resolve({ code, signal })),
+    );
+    const hung = setTimeout(() => child.kill('SIGKILL'), 20_000);
+    const ended = await exit;
+    clearTimeout(hung);
+    expect(ended, output).toEqual({ code: 0, signal: null });
+    expect(output).toContain('"msg":"listening"');
+    expect(output).toMatch(/"signal":"SIGTERM".*"msg":"draining"/);
+  }, 30_000);
 });
