@@ -25,6 +25,8 @@ ARGV[3 + 6(i-1) ..]  per key i: algorithm (1 fixed_window, 2 sliding_window, 3 t
                        for the gate's sake nor incremented, and it denies (unless shadow or quota)
          256 renew     set the TTL on this write even when the window's first write set it already
                        (the health probe: so that it runs every command a new counter needs)
+         512 give back is_negative_hits: outside the gate, the cost is given back to the counter
+                       instead of taken (see "Giving back" below); its other flags are not read
 
 The call is allowed when every enforced counter (neither shadow nor quota) fits, and, if there
 are quota counters that gate here, at least one of them fits. Then the enforced counters and the
@@ -39,6 +41,13 @@ first, in order, so that two descriptors on one key count one after the other, a
 pipelined INCRBYs do. Their verdicts gate the other counters like any counter's; they are never
 refunded. Their reply's remaining is the count after the call, which the caller turns into the
 reference's remaining and statistics.
+
+Giving back: a give-back counter is settled before every other counter of the request, in
+order, so that the request's charges are judged on what it gave back, and two give-backs on one
+key add up. Each algorithm gives back what its current window holds (see its give_back): a
+counter that does not exist, or whose window has rolled over, has nothing to give and is not
+written. It always fits: it never denies the request, whatever the others decide. Each
+given-back key is published on the channel tollgate:given-back, for the services' caches.
 
 Reply, integers: { allowed, fits_1, remaining_1, reset_ms_1, [kept_1, kept_reset_ms_1,]
                    fits_2, ..., now }
@@ -91,7 +100,7 @@ local function refund()
 end
 
 local SHADOW, QUOTA, OVERDRAW, PART = 1, 2, 4, 8
-local REFERENCE, STOP, HELD, CACHED, RENEW = 16, 32, 64, 128, 256
+local REFERENCE, STOP, HELD, CACHED, RENEW, GIVE_BACK = 16, 32, 64, 128, 256, 512
 local function has(flags, flag)
   return flags % (2 * flag) >= flag
 end
@@ -134,11 +143,49 @@ local function count_as_reference(k, a, n, states, slack)
   return verdicts, counts
 end
 
+-- Gives back every give-back counter of the request, in order, each on its key as the earlier ones
+-- left it; then loads the other counters again, so that they are judged on what was given back.
+-- Returns each give-back's remaining and reset, by index.
+local function give_back_all(k, a, n, now, states, verdicts, slack)
+  local given = {}
+  for i = 1, n do
+    local b = a + 6 * (i - 1)
+    if has(tonumber(ARGV[b + 5]), GIVE_BACK) then
+      local algorithm = ALGORITHMS[tonumber(ARGV[b])]
+      local key, window = KEYS[k + i], tonumber(ARGV[b + 1])
+      -- Every key was read already, so the load cannot fail here.
+      local state = algorithm.load(key, now, window)
+      local cost = tonumber(ARGV[b + 4])
+      given[i] = { algorithm.give_back(key, state, tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]),
+        cost, slack) }
+      -- Told in this same step, so no process can hear of it late and remember a count from
+      -- before it. A user that may not publish does not fail the refund: the service checks
+      -- that it may, and otherwise answers nothing from its caches.
+      if cost > 0 then redis.pcall('PUBLISH', GIVEN_BACK_CHANNEL, key) end
+    end
+  end
+  for i = 1, n do
+    local b = a + 6 * (i - 1)
+    local flags = tonumber(ARGV[b + 5])
+    if not has(flags, GIVE_BACK) then
+      local algorithm = ALGORITHMS[tonumber(ARGV[b])]
+      local state = algorithm.load(KEYS[k + i], now, tonumber(ARGV[b + 1]))
+      if has(flags, RENEW) then state.expiring = false end
+      states[i] = state
+      if not has(flags, REFERENCE) then
+        verdicts[i] = algorithm.fits(state, tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]),
+          math.max(tonumber(ARGV[b + 4]), 1))
+      end
+    end
+  end
+  return given
+end
+
 -- Decides one request: its n counters are KEYS[k + 1 .. k + n], and their arguments start at
 -- ARGV[a], 6 per counter. Returns the reply described above.
 local function decide(k, a, n, now, slack)
   local states, verdicts, enforced, quotas, quota_fits = {}, {}, true, 0, false
-  local references = false
+  local references, give_backs = false, false
   for i = 1, n do
     local b = a + 6 * (i - 1)
     local algorithm = ALGORITHMS[tonumber(ARGV[b])]
@@ -149,12 +196,16 @@ local function decide(k, a, n, now, slack)
     if not state then return err end
     if has(flags, RENEW) then state.expiring = false end
     states[i] = state
-    if has(flags, REFERENCE) then
+    if has(flags, GIVE_BACK) then
+      give_backs = true
+    elseif has(flags, REFERENCE) then
       references = true
     else
       verdicts[i] = algorithm.fits(state, limit, burst, math.max(cost, 1))
     end
   end
+  local given
+  if give_backs then given = give_back_all(k, a, n, now, states, verdicts, slack) end
   local counts = {}
   if references then
     local reference_verdicts
@@ -163,7 +214,7 @@ local function decide(k, a, n, now, slack)
   end
   for i = 1, n do
     local flags, fits = tonumber(ARGV[a + 6 * (i - 1) + 5]), verdicts[i]
-    if has(flags, SHADOW) then
+    if has(flags, SHADOW) or has(flags, GIVE_BACK) then
       -- outside the gate
     elseif has(flags, QUOTA) then
       if not has(flags, PART) then
@@ -183,7 +234,10 @@ local function decide(k, a, n, now, slack)
     local flags, fits = tonumber(ARGV[b + 5]), verdicts[i]
     local part = has(flags, PART)
     local remaining, reset, kept, kept_reset
-    if has(flags, REFERENCE) then
+    if has(flags, GIVE_BACK) then
+      fits, remaining, reset = true, given[i][1], given[i][2]
+      kept, kept_reset = remaining, reset
+    elseif has(flags, REFERENCE) then
       -- Counted already, and never refunded: its count, and the rest of its window.
       local s = states[i]
       remaining, reset = counts[i], s.window - s.e

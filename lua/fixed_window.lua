@@ -18,7 +18,13 @@ exceeds the limit and never fits.
 TTL: the rest of the window (plus the slack), set by the first write of each window only: every
 later write in it would set the same moment again (see expire_once in lib.lua).
 
+  give_back(key, state, L, B, cost, slack)
+                                    -> remaining, reset_ms after giving the cost back
   refund(key, at, W, L, B, cost)    -> true when it gave the cost back to window floor(at / W)
+
+Give back (is_negative_hits): the cost comes off the current window's count, never below 0. A
+counter with nothing counted in the current window (none, or an older window's) is not written.
+The key expires when the window ends, as before.
 
 Refund: the cost comes off c while the window it was consumed in is still the current one. Once
 the window has rolled over, that count no longer decides anything and nothing is given back. A
@@ -53,6 +59,17 @@ ALGORITHMS[1] = {
     end
     if fits == nil then return math.max(0, limit - s.c), -1 end
     return math.max(0, limit - s.c), rest
+  end,
+
+  give_back = function(key, s, limit, _, cost, slack)
+    if cost > 0 and s.c > 0 then
+      s.c = math.max(0, s.c - cost)
+      must('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c))
+      expire_once(key, s, s.window - s.e + slack)
+    end
+    -- A limit of 0 never takes a unit: no reset, as a check of it answers.
+    if limit < 1 then return 0, -1 end
+    return math.max(0, limit - s.c), s.window - s.e
   end,
 
   refund = function(key, at, window, _, _, cost)

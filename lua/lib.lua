@@ -25,6 +25,10 @@ local KEYS, ARGV
 
 local ALGORITHMS = {}
 
+-- Where a refund (is_negative_hits) names the counter it gave back to, so that every process
+-- forgets what it remembers of it (src/store/invalidation.ts).
+local GIVEN_BACK_CHANNEL = 'tollgate:given-back'
+
 -- The error a request gets when one of its counters holds what tollgate did not write. Keys are
 -- left out of messages: they carry descriptor values, which may be secrets.
 local FOREIGN = { err = 'WRONGTYPE a counter key holds a value that tollgate did not write' }

@@ -20,7 +20,13 @@ Reset, in whole milliseconds rounded up (X = L - c - need):
   denied, c + need <= L: W - floor(X*W/p) - e           (p's weight falls enough in this window)
   denied, c + need >  L: (W - e) + W - floor((L-need)*W/c)   (c, as next window's p, must fall)
 
+  give_back(key, state, L, B, cost, slack)
+                                    -> remaining, reset_ms after giving the cost back
   refund(key, at, W, L, B, cost)    -> true when it gave the cost back
+
+Give back (is_negative_hits): the cost comes off the current window's count c, never below 0;
+the previous window's p is what it is. A counter with nothing counted in the current window is
+not written. Its remaining and reset are then those of a check that fits.
 
 Refund: the cost was consumed in window floor(at / W). While that is still the current window, it
 comes off c; once the next window has begun, the count it landed in is p, and it comes off p, so
@@ -77,6 +83,15 @@ ALGORITHMS[2] = {
       reset = (W - e) + math.max(0, W - mul_div(limit - need, W, s.c))
     end
     return remaining, reset
+  end,
+
+  give_back = function(key, s, limit, burst, cost, slack)
+    if cost > 0 and s.c > 0 then
+      s.c = math.max(0, s.c - cost)
+      must('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c), 'p', int(s.p))
+      expire_once(key, s, 2 * s.window - s.e + slack)
+    end
+    return ALGORITHMS[2].settle(key, s, limit, burst, 0, limit >= 1 or nil, false, slack)
   end,
 
   refund = function(key, at, window, _, _, cost)

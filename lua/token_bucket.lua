@@ -21,7 +21,13 @@ an overdraw empties the bucket instead of recording nothing.
 Reset: allowed, the time until the bucket is full, ceil((B*s - k)/r); denied, the time until
 need tokens are there, ceil((need*s - k)/r).
 
+  give_back(key, state, L, B, cost, slack)
+                                    -> remaining, reset_ms after giving the cost back
   refund(key, at, W, L, B, cost)    -> true when it gave tokens back
+
+Give back (is_negative_hits): the cost goes back into the bucket as it stands now, refilled, and
+never above B. A bucket that does not exist is full and is not written; a full one is not either.
+The TTL is the time the bucket then takes to fill.
 
 Refund: the cost goes back into the bucket, capped at B. Had the tokens not been taken, the
 refills written since `at` might have met the cap and been lost; those refills, (t - at)*r, are
@@ -78,6 +84,17 @@ ALGORITHMS[3] = {
       reset = ceil_div(math.max(cost, 1) * st.scale - st.tokens, st.refill)
     end
     return math.floor(st.tokens / st.scale), reset
+  end,
+
+  give_back = function(key, st, limit, burst, cost, slack)
+    local fits = ALGORITHMS[3].fits(st, limit, burst, 1)
+    if fits ~= nil then fits = true end
+    if cost > 0 and st.t and st.tokens < st.full then
+      st.tokens = math.min(st.full, st.tokens + cost * st.scale)
+      must('HSET', key, 't', int(st.now), 'k', int(st.tokens), 's', int(st.scale))
+      must('PEXPIRE', key, ceil_div(st.full - st.tokens, st.refill) + slack)
+    end
+    return ALGORITHMS[3].settle(key, st, limit, burst, 0, fits, false, slack)
   end,
 
   refund = function(key, at, window, limit, burst, cost)

@@ -13,11 +13,12 @@ import {
 } from './args.js';
 
 const usage = `Usage: tollgate query --addr HOST:PORT --domain DOMAIN --descriptor K=V[,K=V...]
-                      [--descriptor ...] [--hits N] [--json]
+                      [--descriptor ...] [--hits N] [--refund] [--json]
 
 Asks a running tollgate for a decision, as Envoy would, and prints it: the overall code, then
 each descriptor's code, limit, remaining units and time until reset, then the response headers.
-The check consumes, like any other. Exits 0 when OK, 1 when OVER_LIMIT or when the call fails.
+The check consumes, like any other; with --refund it gives the cost back instead
+(is_negative_hits). Exits 0 when OK, 1 when OVER_LIMIT or when the call fails.
 
 ${DESCRIPTOR_HELP}
 
@@ -26,6 +27,7 @@ Options:
   --domain DOMAIN       the rules' domain
   --descriptor K=V,...  a descriptor; repeat for several
   --hits N              the request's cost (hits_addend), 0 to 4294967295; default 1
+  --refund              give the cost back to every descriptor's budget (is_negative_hits)
   --json                print the decision as JSON
   -h, --help            Show this help`;
 
@@ -36,7 +38,7 @@ const UNLIMITED_REMAINING = UINT32_MAX;
 
 export const query: Command = {
   name: 'query',
-  summary: 'ask a running tollgate for a decision (consumes)',
+  summary: 'ask a running tollgate for a decision (consumes), or give back (--refund)',
   usage,
   async run(args) {
     const { values } = parse({
@@ -46,6 +48,7 @@ export const query: Command = {
         domain: { type: 'string' },
         descriptor: { type: 'string', multiple: true },
         hits: { type: 'string' },
+        refund: { type: 'boolean' },
         json: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -68,7 +71,10 @@ export const query: Command = {
     try {
       result = await client.check({
         domain,
-        descriptors: descriptors.map((entries) => entries.map((e) => [e.key, e.value] as const)),
+        descriptors: descriptors.map((entries) => {
+          const pairs = entries.map((e) => [e.key, e.value] as const);
+          return values.refund ? { entries: pairs, isNegativeHits: true } : pairs;
+        }),
         ...(hitsAddend === undefined ? {} : { hitsAddend }),
       });
     } catch (error) {

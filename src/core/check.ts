@@ -28,6 +28,11 @@ export interface Descriptor {
   limit?: LimitOverride;
   /** The descriptor's own cost. Overrides the request's; an explicit 0 checks without consuming. */
   hitsAddend?: bigint;
+  /**
+   * `is_negative_hits`: the cost is given back to the descriptor's counter instead of taken (a
+   * refund). Such a descriptor always answers OK and never decides the request.
+   */
+  isNegativeHits?: boolean;
 }
 
 export interface Check {

@@ -50,7 +50,7 @@ export function answerPlan(
   let quotaRetryMs: number | null | undefined;
   let quotaFits = false;
   const { counting, nearRatio } = policy;
-  for (const { index, limit, node, slot, cost, shadow, quota } of plan.counted) {
+  for (const { index, limit, node, slot, cost, shadow, quota, giveBack } of plan.counted) {
     const result = verdict.results[slot];
     if (result === undefined) throw new Error('store returned fewer results than counters');
     const counter = plan.counters[slot] as CounterCheck;
@@ -63,6 +63,11 @@ export function answerPlan(
     };
     if (result.resetMs !== NEVER) status.durationUntilResetMs = result.resetMs;
     statuses[index] = status;
+    if (giveBack) {
+      // Always OK, and outside the headers, which describe what the request was judged by.
+      outcomes?.push(ruleOutcome(plan, index, node, cost, false, false, false, true));
+      continue;
+    }
     // The headers describe enforced limits only.
     if (!shadow && !quota) candidates.push({ limit, status });
     if (quota && !over) quotaFits = true;
@@ -149,6 +154,7 @@ function ruleOutcome(
   over: boolean,
   near: boolean,
   shadowed: boolean,
+  givenBack = false,
 ): RuleOutcome {
   const entries = (plan.check.descriptors[index] as Descriptor).entries;
   const key = node
@@ -162,6 +168,7 @@ function ruleOutcome(
     over,
     near,
     shadowed,
+    givenBack,
   };
 }
 

@@ -96,7 +96,7 @@ function addCounter(
   return slot;
 }
 
-function newCounter(
+export function newCounter(
   key: string,
   limit: Limit,
   cost: number,

@@ -42,6 +42,11 @@ export interface RuleOutcome {
   near: boolean;
   /** Over, but a shadow-mode rule (or global shadow mode) let it through. */
   shadowed: boolean;
+  /**
+   * is_negative_hits: `hits` were given back. Counted as `total_negative_hits` alone, never as
+   * total, within, near or over.
+   */
+  givenBack: boolean;
   /** COMPAT_MODE=reference: the hits split as the reference's statistics split them. */
   counts?: RuleCounts;
 }

@@ -4,7 +4,7 @@ import { costOf, overrideLimit } from './limits.js';
 import { matchRule } from '../rules/match.js';
 import type { Algorithm, Limit, RuleNode, RuleSet } from '../rules/types.js';
 import type { CounterCheck } from '../store/Store.js';
-import type { CountingPolicy } from './counting.js';
+import { newCounter, type CountingPolicy } from './counting.js';
 import type { QuotaPolicy } from './quota.js';
 
 /**
@@ -41,6 +41,8 @@ export interface PlannedDescriptor {
   /** A shadow rule's: decided and counted, always answered OK. */
   shadow: boolean;
   quota: boolean;
+  /** is_negative_hits: its cost is given back; answered OK with what is left after it. */
+  giveBack: boolean;
 }
 
 export interface PlanPolicy {
@@ -84,9 +86,11 @@ export function planCheck(check: Check, ruleSet: RuleSet, policy: PlanPolicy): P
       unjudged = true;
       continue;
     }
-    // A caller's override is always enforced, as in the reference.
-    const shadow = !override && node?.shadowMode === true;
-    const quota = quotaPolicy.isQuota(node, override !== undefined, shadow);
+    const giveBack = descriptor.isNegativeHits === true;
+    // A caller's override is always enforced, as in the reference. A give-back is neither shadow
+    // nor quota: it gives back to the counter whatever role its rule has, and decides nothing.
+    const shadow = !giveBack && !override && node?.shadowMode === true;
+    const quota = !giveBack && quotaPolicy.isQuota(node, override !== undefined, shadow);
     unjudged ||= shadow;
     const cost = costOf(descriptor, check.hitsAddend);
     const entries =
@@ -101,14 +105,38 @@ export function planCheck(check: Check, ruleSet: RuleSet, policy: PlanPolicy): P
       limit.algorithm,
       limit.windowMs,
     );
-    const slot = counting.add(counters, key, limit, cost, shadow, quota);
-    counted.push({ index, limit, node: override ? undefined : node, slot, cost, shadow, quota });
+    const slot = giveBack
+      ? addGiveBack(counters, key, limit, cost)
+      : counting.add(counters, key, limit, cost, shadow, quota);
+    counted.push({
+      index,
+      limit,
+      node: override ? undefined : node,
+      slot,
+      cost,
+      shadow,
+      quota,
+      giveBack,
+    });
   }
   // A descriptor already passes: the request is allowed, and each counter is consumed when it
   // fits, which the store does for a counter outside the gate. The descriptors still report
   // their own quota verdicts.
   if (unjudged && quotaPolicy.unjudgedPasses) for (const counter of counters) counter.shadow = true;
   return { check, unknownDomain: false, nodes, settled, counted, counters };
+}
+
+/**
+ * A give-back counter of its own, in either counting mode: never merged with the request's
+ * charges, so that it is settled before them (see Store.ts), nor with another give-back, so that
+ * each answers what is left after it.
+ */
+function addGiveBack(counters: CounterCheck[], key: string, limit: Limit, cost: number): number {
+  const counter = newCounter(key, limit, cost, false, false);
+  counter.giveBack = true;
+  // An overdraw rule gives back as any other.
+  counter.overdraw = false;
+  return counters.push(counter) - 1;
 }
 
 /** The names that the request's matched limits replace; undefined when none does. */

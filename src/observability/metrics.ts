@@ -8,6 +8,8 @@
  *
  * Per rule (counters, labels `domain`, `key1`, `key2`; incremented by the descriptor's cost):
  * - `ratelimit_service_rate_limit_total_hits`: every hit on the rule.
+ * - `ratelimit_service_rate_limit_total_negative_hits`: hits given back to the rule
+ *   (is_negative_hits), counted here alone and in no other series.
  * - `ratelimit_service_rate_limit_over_limit`: hits the counter could not take.
  * - `ratelimit_service_rate_limit_within_limit`: hits within the limit.
  * - `ratelimit_service_rate_limit_near_limit`: hits within the limit that left the counter at or
@@ -234,6 +236,10 @@ function countRules(rules: RuleCounters, outcomes: readonly RuleOutcome[]): void
     const hits = rule.hits;
     if (!(hits >= 0 && hits <= Number.MAX_SAFE_INTEGER)) continue;
     const s = seriesOf(rules, rule);
+    if (rule.givenBack) {
+      s.negativeHits += hits;
+      continue;
+    }
     const counts = splitHits(rule);
     s.totalHits += hits;
     s.overLimit += counts.over;
@@ -278,6 +284,7 @@ function addSeries(rules: RuleCounters, domain: string, key1: string, key2: stri
   const s: RuleSeries = {
     labels: { domain, key1, key2 },
     totalHits: 0,
+    negativeHits: 0,
     overLimit: 0,
     nearLimit: 0,
     withinLimit: 0,

@@ -69,6 +69,8 @@ type RuleLabels = Record<(typeof RULE_LABELS)[number], string>;
 export interface RuleSeries {
   labels: RuleLabels;
   totalHits: number;
+  /** is_negative_hits: what was given back. */
+  negativeHits: number;
   overLimit: number;
   nearLimit: number;
   withinLimit: number;
@@ -184,6 +186,7 @@ export interface Series {
 export function registerSeries(registry: Registry, s: Series): void {
   const inOrder: Metric[] = [
     s.rules.totalHits,
+    s.rules.negativeHits,
     s.rules.overLimit,
     s.rules.nearLimit,
     s.rules.withinLimit,
@@ -226,6 +229,7 @@ type RuleCounter = Counter<(typeof RULE_LABELS)[number]>;
  */
 export interface RuleCounters {
   totalHits: RuleCounter;
+  negativeHits: RuleCounter;
   overLimit: RuleCounter;
   nearLimit: RuleCounter;
   withinLimit: RuleCounter;
@@ -247,6 +251,10 @@ export function createRuleCounters(maxDetailed: number, referenceLabels: boolean
     totalHits: counter(
       'ratelimit_service_rate_limit_total_hits',
       'Hits on a rule, by the descriptor cost.',
+    ),
+    negativeHits: counter(
+      'ratelimit_service_rate_limit_total_negative_hits',
+      'Hits given back to a rule (is_negative_hits), by the descriptor cost.',
     ),
     overLimit: counter(
       'ratelimit_service_rate_limit_over_limit',
@@ -286,12 +294,14 @@ export function createRuleCounters(maxDetailed: number, referenceLabels: boolean
 function flushRules(rules: RuleCounters): void {
   for (const s of rules.series) {
     if (s.totalHits > 0) rules.totalHits.inc(s.labels, s.totalHits);
+    if (s.negativeHits > 0) rules.negativeHits.inc(s.labels, s.negativeHits);
     if (s.overLimit > 0) rules.overLimit.inc(s.labels, s.overLimit);
     if (s.nearLimit > 0) rules.nearLimit.inc(s.labels, s.nearLimit);
     if (s.withinLimit > 0) rules.withinLimit.inc(s.labels, s.withinLimit);
     if (s.shadowMode > 0) rules.shadowMode.inc(s.labels, s.shadowMode);
     if (s.localCache > 0) rules.localCache.inc(s.labels, s.localCache);
-    s.totalHits = s.overLimit = s.nearLimit = s.withinLimit = s.shadowMode = s.localCache = 0;
+    s.totalHits = s.negativeHits = 0;
+    s.overLimit = s.nearLimit = s.withinLimit = s.shadowMode = s.localCache = 0;
   }
 }
 

@@ -3,8 +3,8 @@
  * every STATS_FLUSH_INTERVAL over TCP (the reference's default) or UDP (statsdTransport.ts).
  *
  * Counters (the value sent is what was added since the last flush; nothing is sent for 0):
- * - `ratelimit.service.rate_limit.DOMAIN.KEY.{total_hits, over_limit, near_limit, within_limit,
- *   shadow_mode, over_limit_with_local_cache}`, KEY being the reference's stats key below the
+ * - `ratelimit.service.rate_limit.DOMAIN.KEY.{total_hits, total_negative_hits, over_limit,
+ *   near_limit, within_limit, shadow_mode, over_limit_with_local_cache}`, KEY being the reference's stats key below the
  *   domain (its parts joined by '.', as in the Prometheus series; see rules/metricKey.ts);
  * - `ratelimit.service.rate_limit.DOMAIN.domain_not_found`, once per descriptor of a check for
  *   a domain without rules, as the reference counts it;
@@ -81,6 +81,7 @@ const MAX_TIMINGS = 10_000;
 
 const RULE_STATS = [
   ['total_hits', 'totalHits'],
+  ['total_negative_hits', 'negativeHits'],
   ['over_limit', 'over'],
   ['near_limit', 'near'],
   ['within_limit', 'within'],
@@ -233,6 +234,10 @@ export function createStatsd(settings: StatsdSettings, options: StatsdOptions): 
         for (const rule of event.rules) {
           if (!(rule.hits >= 0 && rule.hits <= Number.MAX_SAFE_INTEGER)) continue;
           const ruleStats = names.rule(rule);
+          if (rule.givenBack) {
+            add(ruleStats.negativeHits, rule.hits);
+            continue;
+          }
           const split = splitHits(rule);
           add(ruleStats.totalHits, rule.hits);
           add(ruleStats.over, split.over);

@@ -8,7 +8,8 @@ import type { Algorithm } from '../rules/types.js';
  * - All or nothing: the request is allowed when every enforced counter fits and, if it has quota
  *   counters, one of them fits. Then the enforced counters and the fitting quota counters are
  *   consumed; otherwise none is. Shadow counters are consumed when they fit, and overdraw
- *   counters always, saturating at their limit, whatever the others do.
+ *   counters always, saturating at their limit, whatever the others do. Give-back counters
+ *   (`giveBack`) are settled first, in order, and the others are judged on what they gave back.
  * - It makes one round trip to its backend (one Redis script call on a single Redis).
  * - Time never runs backwards for a counter: a decision uses the later of `nowMs` (or the store's
  *   own clock) and the time last written to the counter.
@@ -68,6 +69,12 @@ export interface CounterCheck {
   quota: boolean;
   /** Consumed even when over, saturating at the limit. */
   overdraw: boolean;
+  /**
+   * is_negative_hits: outside the gate, and settled before the request's other counters, its
+   * cost is given back instead of taken, never below an empty window or above a full bucket. It
+   * always fits. A counter that does not exist is not created. Never merged with another.
+   */
+  giveBack?: boolean;
   /** COMPAT_MODE=reference, fixed windows only: counted as envoyproxy/ratelimit counts. */
   reference?: ReferenceCounting;
   /** Set the TTL on this write even if the window's first write did (the health probe). */

@@ -44,7 +44,17 @@ export interface AlgorithmImpl {
     cost: number,
     fits: boolean | undefined,
     commit: boolean,
-  ): { remaining: number; reset: number; write?: CounterState; ttl?: number };
+  ): Settled;
+  /** is_negative_hits: gives the cost back to the counter as it stands now (see its Lua twin). */
+  giveBack(state: Loaded, limit: number, burst: number, cost: number): Settled;
+}
+
+/** Remaining, reset and, when it wrote, the state to store and its lifetime. */
+export interface Settled {
+  remaining: number;
+  reset: number;
+  write?: CounterState;
+  ttl?: number;
 }
 
 const SPLIT = 2 ** 20;
@@ -121,6 +131,17 @@ const fixedWindow: AlgorithmImpl = {
     const reset = fits === undefined ? -1 : rest;
     return { remaining: Math.max(0, limit - s.c), reset, write, ttl: rest };
   },
+  giveBack(s, limit, _burst, cost) {
+    const rest = s.window - s.e;
+    let write: CounterState | undefined;
+    if (cost > 0 && s.c > 0) {
+      s.c = Math.max(0, s.c - cost);
+      write = { t: s.now, w: s.index, c: s.c };
+    }
+    // A limit of 0 never takes a unit: no reset, as a check of it answers.
+    if (limit < 1) return { remaining: 0, reset: -1, write, ttl: rest };
+    return { remaining: Math.max(0, limit - s.c), reset: rest, write, ttl: rest };
+  },
 };
 
 const slidingWindow: AlgorithmImpl = {
@@ -150,6 +171,14 @@ const slidingWindow: AlgorithmImpl = {
     else if (s.c + need <= limit) reset = W - mulDiv(limit - s.c - need, W, s.p)[0] - e;
     else reset = W - e + Math.max(0, W - mulDiv(limit - need, W, s.c)[0]);
     return { remaining, reset, write, ttl: 2 * W - e };
+  },
+  giveBack(s, limit, burst, cost) {
+    let write: CounterState | undefined;
+    if (cost > 0 && s.c > 0) {
+      s.c = Math.max(0, s.c - cost);
+      write = { t: s.now, w: s.index, c: s.c, p: s.p };
+    }
+    return { ...slidingWindow.settle(s, limit, 0, limit >= 1 ? true : undefined, false), write };
   },
 };
 
@@ -188,6 +217,16 @@ const tokenBucket: AlgorithmImpl = {
     else reset = ceilDiv(Math.max(cost, 1) * st.scale - st.tokens, st.refill);
     const ttl = write ? ceilDiv(st.full - st.tokens, st.refill) : 0;
     return { remaining: Math.floor(st.tokens / st.scale), reset, write, ttl };
+  },
+  giveBack(st, limit, burst, cost) {
+    const fits = tokenBucket.fits(st, limit, burst, 1) === undefined ? undefined : true;
+    let write: CounterState | undefined;
+    if (cost > 0 && st.t !== undefined && st.tokens < st.full) {
+      st.tokens = Math.min(st.full, st.tokens + cost * st.scale);
+      write = { t: st.now, k: st.tokens, s: st.scale };
+    }
+    const settled = tokenBucket.settle(st, limit, 0, fits, false);
+    return { ...settled, write, ttl: write ? ceilDiv(st.full - st.tokens, st.refill) : 0 };
   },
 };
 

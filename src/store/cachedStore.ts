@@ -6,6 +6,7 @@ import {
   type OverLimitCache,
 } from './overLimitCache.js';
 import type { CounterCheck, CounterResult, Store, StoreDecision } from './Store.js';
+import { SINGLE_PROCESS, type Coherence } from './invalidation.js';
 
 /**
  * The caches in front of a store, as stores themselves: the limiter calls `decide` as on any
@@ -22,6 +23,8 @@ export interface CacheOptions {
   clock: () => number;
   /** The rules in force: a new object empties the cache. */
   rules: () => object;
+  /** Refunds of other processes (see invalidation.ts); none by default, as in memory. */
+  coherence?: Coherence;
 }
 
 /**
@@ -30,19 +33,25 @@ export interface CacheOptions {
  */
 export function withOverLimitCache(store: Store, options: CacheOptions): Store {
   const cache = createOverLimitCache(options.size);
-  const { clock, rules } = options;
+  const { clock, rules, coherence = SINGLE_PROCESS } = options;
+  coherence.onNotice((key) => (key === 'all' ? cache.clear() : cache.forget(key)));
   return delegate(store, (counters, nowMs) => {
     const version = rules();
     cache.sync(version);
     const now = clock();
-    if (cache.size > 0) {
+    if (cache.size > 0 && coherence.live()) {
       const deadlines = cachedDenial(cache, counters, now);
       if (deadlines !== undefined) return Promise.resolve(denial(deadlines, now, false));
     }
+    const generation = coherence.generation();
     return store.decide(counters, nowMs).then((decision) => {
+      // A refund heard meanwhile may be later than what the store read.
+      const fresh = generation === coherence.generation();
       for (let slot = 0; slot < counters.length; slot++) {
+        const counter = counters[slot] as CounterCheck;
         const result = decision.results[slot];
-        if (result !== undefined) cache.learn(version, counters[slot] as CounterCheck, result, now);
+        if (counter.giveBack) cache.forget(counter.key);
+        else if (result !== undefined && fresh) cache.learn(version, counter, result, now);
       }
       return decision;
     });
@@ -63,20 +72,24 @@ export interface LocalCacheStore extends Store {
  */
 export function withLocalCache(store: Store, options: CacheOptions): LocalCacheStore {
   const cache = createKeyCache(options.size);
-  const { clock, rules } = options;
+  const { clock, rules, coherence = SINGLE_PROCESS } = options;
+  coherence.onNotice((key) => (key === 'all' ? cache.clear() : cache.forget(key)));
   const decorated = delegate(store, (counters, nowMs) => {
     cache.sync(rules());
     const now = clock();
-    const remembered = rememberedOver(cache, counters, now);
+    const remembered = coherence.live() ? rememberedOver(cache, counters, now) : undefined;
     if (remembered !== undefined && remembered.every((deadline) => deadline !== undefined)) {
       // Denied unless every counter stands outside the gate.
       const gated = counters.some((counter) => !counter.shadow);
       return Promise.resolve(denial(remembered as number[], now, !gated));
     }
+    const generation = coherence.generation();
     return store.decide(counters, nowMs).then((decision) => {
+      const fresh = generation === coherence.generation();
       for (let slot = 0; slot < counters.length; slot++) {
         const counter = counters[slot] as CounterCheck;
         const result = decision.results[slot];
+        if (counter.giveBack) cache.forget(counter.key);
         if (result === undefined || counter.reference === undefined) continue;
         const deadline = remembered?.[slot];
         if (counter.reference.cached && deadline !== undefined) {
@@ -85,7 +98,7 @@ export function withLocalCache(store: Store, options: CacheOptions): LocalCacheS
             remaining: 0,
             resetMs: Math.ceil(deadline - now),
           };
-        } else if (!result.fits) {
+        } else if (!result.fits && fresh) {
           // As the reference: any counter found over, shadow and quota ones included.
           cache.remember(counter.key, now + result.resetMs);
         }
@@ -122,8 +135,9 @@ function delegate(store: Store, decide: Store['decide']): Store {
  * The slots' deadlines when every counter of the request is remembered as denied a single unit,
  * so that each descriptor's true status is known without the store: OVER_LIMIT with 0 remaining
  * (one unit does not fit) until its deadline. Undefined when any counter must be decided: one
- * not remembered, a cost above 1 (its remaining and its reset may differ), or a shadow, quota or
- * overdraw counter, which the store consumes or judges with the others.
+ * not remembered, a cost above 1 (its remaining and its reset may differ), a shadow, quota or
+ * overdraw counter, which the store consumes or judges with the others, or a give-back, which the
+ * store must apply whatever the others decide.
  */
 function cachedDenial(
   cache: OverLimitCache,
@@ -132,7 +146,15 @@ function cachedDenial(
 ): number[] | undefined {
   const deadlines: number[] = [];
   for (const counter of counters) {
-    if (counter.shadow || counter.overdraw || counter.quota || counter.cost > 1) return undefined;
+    if (
+      counter.shadow ||
+      counter.overdraw ||
+      counter.quota ||
+      counter.giveBack ||
+      counter.cost > 1
+    ) {
+      return undefined;
+    }
     const deadline = cache.deniedUntil(counter, now);
     if (deadline === undefined) return undefined;
     deadlines.push(deadline);

@@ -80,6 +80,9 @@ function decideInMemory(
 ): StoreDecision {
   const states: Loaded[] = [];
   const verdicts: (boolean | undefined)[] = [];
+  const given = checks.some((check) => check.giveBack)
+    ? giveBackAll(counters, checks, now)
+    : undefined;
   for (const check of checks) {
     const algorithm = ALGORITHM_IMPLS[check.algorithm];
     const state = algorithm.load(read(counters, check.key, now), now, check.windowMs);
@@ -94,11 +97,34 @@ function decideInMemory(
   const allowed = isAllowed(checks, verdicts);
   const results = checks.map((check, i) => {
     const state = states[i] as Loaded;
+    const back = given?.[i];
+    if (back !== undefined) return back;
     if (!check.reference) return settle(counters, check, state, verdicts[i], allowed);
     const count = counts?.get(i) as number;
     return { fits: verdicts[i] === true, remaining: count, resetMs: state.window - state.e };
   });
   return { allowed, results };
+}
+
+/**
+ * lua/dispatch.lua's give_back_all: gives back every give-back counter, in order, before the
+ * others are loaded; returns their results by index.
+ */
+function giveBackAll(
+  counters: Counters,
+  checks: readonly CounterCheck[],
+  now: number,
+): (CounterResult | undefined)[] {
+  return checks.map((check) => {
+    if (!check.giveBack) return undefined;
+    const algorithm = ALGORITHM_IMPLS[check.algorithm];
+    const state = algorithm.load(read(counters, check.key, now), now, check.windowMs);
+    const settled = algorithm.giveBack(state, check.limit, check.burst, check.cost);
+    if (settled.write) {
+      counters.set(check.key, { state: settled.write, expiresAt: state.now + (settled.ttl ?? 0) });
+    }
+    return { fits: true, remaining: settled.remaining, resetMs: settled.reset };
+  });
 }
 
 /** Consumes what the gate allows of one counter, and answers its result. */
@@ -136,7 +162,7 @@ function isAllowed(
   let quotaFits = false;
   for (const [i, check] of checks.entries()) {
     const fits = verdicts[i];
-    if (check.shadow) continue;
+    if (check.shadow || check.giveBack) continue;
     if (check.quota) {
       quotas += 1;
       if (fits) quotaFits = true;

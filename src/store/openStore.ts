@@ -6,6 +6,7 @@ import { createRedisStore, type RedisAccess } from './redisStore.js';
 import type { CodePath, FunctionsSetting } from './functions.js';
 import type { RedisSettings } from './redisSettings.js';
 import type { Store } from './Store.js';
+import { SINGLE_PROCESS, subscribeToRefunds, type Coherence } from './invalidation.js';
 
 /**
  * The store the settings ask for: Redis (single, Sentinel or Cluster) or this process's memory,
@@ -73,24 +74,45 @@ export function openStore(settings: StoreSettings, options: OpenStoreOptions): O
   const codePath = () => redisStore?.codePath();
   const opened = { redis, firstConnection, codePath };
   const size = settings.overLimitCacheSize;
+  const reference = settings.compatMode === 'reference';
+  // The exact cache is off on a cluster: a denial that spans slots refunds what it took, so a
+  // count may fall early. Reference counting never takes back a denial, so the reference's local
+  // cache stays on there, as the reference's does.
+  const cached = size > 0 && (reference || settings.redis?.type !== 'cluster');
+  if (!cached) return { store: backend, localCacheStats: undefined, ...opened };
+  const coherence = redis ? refundNotices(redis.connection, logger) : SINGLE_PROCESS;
   const cacheOptions = {
     size,
     // The clock the store's resets run on: Redis TIME runs at the rate of a monotonic clock.
     clock: settings.redis && settings.clock === 'redis' ? () => performance.now() : clock,
     rules: options.rules,
+    coherence,
   };
-  if (size > 0 && settings.compatMode === 'reference') {
-    // Reference counting never refunds, so this cache stays on a cluster, as the reference's does.
+  const closing = (store: Store): Store => ({
+    ...store,
+    close: () => Promise.all([coherence.close(), store.close()]).then(() => undefined),
+  });
+  if (reference) {
     const store = withLocalCache(backend, cacheOptions);
-    return { store, localCacheStats: () => store.localCacheStats(), ...opened };
+    return { store: closing(store), localCacheStats: () => store.localCacheStats(), ...opened };
   }
-  // The exact cache is off on a cluster: a denial that spans slots refunds what it took, so a
-  // count may fall early.
-  if (size > 0 && settings.redis?.type !== 'cluster') {
-    const store = withOverLimitCache(backend, cacheOptions);
-    return { store, localCacheStats: undefined, ...opened };
-  }
-  return { store: backend, localCacheStats: undefined, ...opened };
+  return {
+    store: closing(withOverLimitCache(backend, cacheOptions)),
+    localCacheStats: undefined,
+    ...opened,
+  };
+}
+
+/** Other processes' refunds, heard over Redis (see invalidation.ts). */
+function refundNotices(connection: RedisAccess['connection'], logger: Logger): Coherence {
+  return subscribeToRefunds({
+    connection,
+    onRefused: (reason) =>
+      logger.warn(
+        { reason },
+        "redis: the caches answer nothing, since they cannot hear of other processes' refunds",
+      ),
+  });
 }
 
 /** The calls' path, once chosen: a warning when Redis refused functions that were not turned off. */

@@ -9,7 +9,9 @@ import { NEVER, type CounterCheck, type CounterResult } from './Store.js';
  * That never denies what the store would allow, because every check of a remembered counter is
  * monotone until its reset:
  * - Other traffic only consumes: a window's counts only grow (an overdraw saturates, it never
- *   lowers them), whatever limit the other checks carry, and denying writes nothing.
+ *   lowers them), whatever limit the other checks carry, and denying writes nothing. A give-back
+ *   (is_negative_hits) lowers them: it takes its counter out of the cache here, and out of every
+ *   other process's (see invalidation.ts).
  * - Time only frees, and the store's reset is the first moment the denied cost fits when nothing
  *   else consumes. A larger cost or a lower limit fits no sooner. A key's TTL depends on its
  *   window only, so it never expires before that moment either.
@@ -36,6 +38,10 @@ export interface OverLimitCache {
   deniedUntil(counter: CounterCheck, now: number): number | undefined;
   /** Learns from the store's result for a counter, decided under `rules` with the clock at `now`. */
   learn(rules: object, counter: CounterCheck, result: CounterResult, now: number): void;
+  /** Forgets a counter: something was given back to it (is_negative_hits). */
+  forget(key: string): void;
+  /** Forgets every counter. */
+  clear(): void;
   readonly size: number;
 }
 
@@ -49,7 +55,11 @@ interface Entry {
 /** Whether a denial of this counter may be remembered (see above). */
 export function cacheable(counter: CounterCheck): boolean {
   return (
-    !counter.shadow && !counter.quota && !counter.overdraw && counter.algorithm !== 'token_bucket'
+    !counter.shadow &&
+    !counter.quota &&
+    !counter.overdraw &&
+    counter.giveBack !== true &&
+    counter.algorithm !== 'token_bucket'
   );
 }
 
@@ -87,6 +97,10 @@ export function createOverLimitCache(maxEntries: number): OverLimitCache {
     },
 
     learn(rules, counter, result, now) {
+      if (counter.giveBack === true) {
+        entries.delete(counter.key);
+        return;
+      }
       if (rules !== version || !cacheable(counter)) return;
       const cost = Math.max(counter.cost, 1);
       const entry = entries.get(counter.key);
@@ -114,6 +128,14 @@ export function createOverLimitCache(maxEntries: number): OverLimitCache {
       }
     },
 
+    forget(key) {
+      entries.delete(key);
+    },
+
+    clear() {
+      entries.clear();
+    },
+
     get size() {
       return entries.size;
     },
@@ -131,6 +153,10 @@ export interface KeyCache {
   /** The deadline while `key` is remembered over, or undefined: one lookup, a hit or a miss. */
   until(key: string, now: number): number | undefined;
   remember(key: string, deadline: number): void;
+  /** Forgets a key: something was given back to it (is_negative_hits). */
+  forget(key: string): void;
+  /** Forgets every key. */
+  clear(): void;
   readonly size: number;
   stats(): LocalCacheStats;
 }
@@ -210,6 +236,14 @@ export function createKeyCache(maxEntries: number): KeyCache {
         drop(oldest, old);
         counts.evacuated++;
       }
+    },
+    forget(key) {
+      const known = entries.get(key);
+      if (known !== undefined) drop(key, known);
+    },
+    clear() {
+      entries.clear();
+      accessSum = 0;
     },
     get size() {
       return entries.size;

@@ -61,6 +61,7 @@ const STOP = 32;
 const HELD = 64;
 const CACHED = 128;
 const RENEW = 256;
+const GIVE_BACK = 512;
 
 function referenceFlags(check: CounterCheck): number {
   const counting = check.reference;
@@ -104,6 +105,7 @@ function pushCounters(args: ScriptArgs, checks: readonly CounterCheck[], part: b
         (check.overdraw ? OVERDRAW : 0) +
         (part ? PART : 0) +
         (check.renew ? RENEW : 0) +
+        (check.giveBack ? GIVE_BACK : 0) +
         referenceFlags(check),
     );
   }
@@ -269,10 +271,12 @@ export function refundArgs(checks: readonly CounterCheck[], atMs: number): Scrip
 /**
  * Whether a part call that was allowed consumed this counter in a way a refund undoes: shadow
  * counters stay outside the gate, and overdraw and reference counters always consume, so none of
- * them is refunded;
+ * them is refunded; a give-back counter consumed nothing, and its giving back stands;
  * a quota counter was consumed only when it fit; a cost of 0 consumed nothing.
  */
 export function refundable(check: CounterCheck, result: CounterResult): boolean {
-  if (check.shadow || check.overdraw || check.reference || check.cost === 0) return false;
+  if (check.shadow || check.overdraw || check.reference || check.giveBack || check.cost === 0) {
+    return false;
+  }
   return !check.quota || result.fits;
 }

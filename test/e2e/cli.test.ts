@@ -267,6 +267,16 @@ describe('query', () => {
     });
   });
 
+  it('gives the cost back with --refund', async () => {
+    // A token bucket of 1, on the tests' frozen clock: spent, then given back.
+    expect(await query('--descriptor', 'tenant=refunded')).toMatchObject({ code: 0 });
+    expect(await query('--descriptor', 'tenant=refunded')).toMatchObject({ code: 1 });
+    const run = await query('--descriptor', 'tenant=refunded', '--refund');
+    expect(run).toMatchObject({ code: 0, stderr: '' });
+    expect(run.stdout).toMatch(/^OK\n {2}tenant=refunded: OK, limit 1 per second, 1 remaining/);
+    expect(await query('--descriptor', 'tenant=refunded')).toMatchObject({ code: 0 });
+  });
+
   it('exits 1 naming the address and what failed when tollgate is unreachable', async () => {
     const addr = `127.0.0.1:${await freePort()}`;
     const run = await cli(['query', '--addr', addr, '--domain', 'api', '--descriptor', 'a=b']);

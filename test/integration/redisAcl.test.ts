@@ -11,7 +11,14 @@ import type { FunctionsSetting } from '../../src/store/functions.js';
 import type { Store } from '../../src/store/Store.js';
 import { makeCerts, type TestCerts } from '../support/certs.js';
 import { freePort } from '../support/ports.js';
-import { startRedis, type TestRedis, README_ACL_COMMANDS } from '../support/redis.js';
+import {
+  startRedis,
+  type TestRedis,
+  README_ACL_COMMANDS,
+  README_ACL_PUBSUB,
+} from '../support/redis.js';
+import { subscribeToRefunds } from '../../src/store/invalidation.js';
+import { eventually } from '../support/tollgate.js';
 
 // The Redis store over TLS (rediss://), and as a Redis ACL user that holds only what tollgate
 // needs: README's ACL line, whose every command is shown to be needed.
@@ -155,14 +162,16 @@ describe('Redis over TLS', () => {
 describe('a least-privilege ACL user', () => {
   const COMMANDS = README_ACL_COMMANDS;
   /** README's ACL line for CACHE_KEY_PREFIX=`prefix`, with these commands. */
-  const acl = (prefix: string, commands = COMMANDS) => [
+  const acl = (prefix: string, commands = COMMANDS, pubsub = README_ACL_PUBSUB) => [
     'on',
     '>secret',
     'resetkeys',
     `~${prefix}tg:*`,
     'resetchannels',
+    ...pubsub.filter((rule) => rule.startsWith('&')),
     '-@all',
     ...commands,
+    ...pubsub.filter((rule) => !rule.startsWith('&')),
   ];
   let redis: TestRedis;
 
@@ -295,6 +304,47 @@ describe('a least-privilege ACL user', () => {
       detail: expect.stringContaining(`may not run '${command}'`),
     });
     expect(await remaining(s, prefix, 2)).toEqual([2, 1]);
+  });
+
+  /** A user's subscription to refund notices: live, or the reason it cannot be. */
+  async function refundNotices(user: string, rules: string[]): Promise<string> {
+    await redis.client.call('ACL', 'SETUSER', user, 'reset', ...rules);
+    const connection = new Redis({
+      host: redis.host,
+      port: redis.port,
+      username: user,
+      password: 'secret',
+      enableReadyCheck: false,
+    });
+    let refused: string | undefined;
+    const coherence = subscribeToRefunds({
+      connection,
+      onRefused: (reason) => (refused = reason),
+    });
+    try {
+      await eventually(async () => coherence.live() || refused !== undefined);
+      return coherence.live() ? 'live' : (refused as string);
+    } finally {
+      await coherence.close();
+      connection.disconnect();
+    }
+  }
+
+  it('hears of refunds with the line, and says what a user without it lacks', async () => {
+    expect(await refundNotices('notices', acl('edge7:'))).toBe('live');
+    expect(await refundNotices('no-notices', acl('edge7:', COMMANDS, []))).toMatch(
+      /^the Redis user may not SUBSCRIBE to tollgate:given-back: NOPERM/,
+    );
+    expect(
+      await refundNotices(
+        'no-publish',
+        acl(
+          'edge7:',
+          COMMANDS,
+          README_ACL_PUBSUB.filter((rule) => rule !== '+publish'),
+        ),
+      ),
+    ).toMatch(/^the Redis user may not PUBLISH to tollgate:given-back: NOPERM/);
   });
 
   it.each(BEFORE_FUNCTIONS)('needs %s', async (needed) => {

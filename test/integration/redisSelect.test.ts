@@ -1,7 +1,13 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { refusal, runToExit, spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { freePort } from '../support/ports.js';
-import { README_ACL_COMMANDS, spawnRedisOn, startRedis, type TestRedis } from '../support/redis.js';
+import {
+  README_ACL_COMMANDS,
+  README_ACL_PUBSUB,
+  spawnRedisOn,
+  startRedis,
+  type TestRedis,
+} from '../support/redis.js';
 import { callCheck, d, eventually } from '../support/tollgate.js';
 
 // REDIS_URL's database must be the one counters go to. ioredis sends SELECT on each connection,
@@ -38,6 +44,7 @@ async function setUser(user: string, ...changes: string[]): Promise<void> {
     'ACL',
     ...['SETUSER', user, 'reset', 'on', '>secret', 'resetkeys', '~tg:*', 'resetchannels', '-@all'],
     ...README_ACL_COMMANDS,
+    ...README_ACL_PUBSUB,
     ...changes,
   );
 }

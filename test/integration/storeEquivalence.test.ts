@@ -29,6 +29,15 @@ const step = fc.record({
   cost: fc.oneof(fc.integer({ min: 0, max: 4 }), fc.constant(2 ** 33)),
   /** A second descriptor on the first counter, as reference counting sends them: unmerged. */
   twice: fc.option(fc.integer({ min: 0, max: 3 }), { freq: 3 }),
+  /** A refund (is_negative_hits) of one of the counters, first or last in the request. */
+  giveBack: fc.option(
+    fc.record({
+      counter: fc.integer({ min: 0, max: 3 }),
+      cost: fc.integer({ min: 0, max: 6 }),
+      first: fc.boolean(),
+    }),
+    { freq: 3 },
+  ),
 });
 
 describe.each(CALL_PATHS)('the in-memory store and Redis, calls as %s', (path) => {
@@ -63,13 +72,28 @@ describe.each(CALL_PATHS)('the in-memory store and Redis, calls as %s', (path) =
           const memory = createMemoryStore({ clock: () => now });
           try {
             const trace: { checks: CounterCheck[]; nowMs: number }[] = [];
-            for (const { advanceMs, counters, cost, twice } of steps) {
+            for (const { advanceMs, counters, cost, twice, giveBack } of steps) {
               now += advanceMs;
               const checks: CounterCheck[] = counters.map((i) =>
                 checkOf(specs[i]!, `eq:{${path}${run}}:${i}`, cost),
               );
               const first = checks[0]!;
               if (twice !== null && first.reference) checks.push({ ...first, cost: twice });
+              if (giveBack !== null) {
+                const { counter: i, cost: back, first: atStart } = giveBack;
+                const given = checkOf(specs[i]!, `eq:{${path}${run}}:${i}`, back);
+                // As the plan makes it: a counter of its own, of no other role.
+                const refund: CounterCheck = {
+                  ...given,
+                  shadow: false,
+                  quota: false,
+                  overdraw: false,
+                  reference: undefined,
+                  giveBack: true,
+                };
+                if (atStart) checks.unshift(refund);
+                else checks.push(refund);
+              }
               trace.push({ checks, nowMs: now });
             }
             // One after another through each store; and, all at once, through a store that sends

@@ -253,6 +253,39 @@ describe('WORKERS=2 on one Redis', () => {
     60_000,
   );
 
+  it("a refund on one worker frees a counter that the other worker's cache remembers denied", async () => {
+    const request = (hits: number, refund = false) => ({
+      domain: 'workers',
+      descriptors: [
+        {
+          ...d('fixed', 'refunded'),
+          hits_addend: { value: String(hits) },
+          ...(refund ? { is_negative_hits: true } : {}),
+        },
+      ],
+    });
+    const codesOf = (responses: { overall_code?: string }[]) =>
+      responses.map((response) => response.overall_code);
+    expect(codesOf([await callCheck(clients[0]!, request(LIMIT))])).toEqual(['OK']);
+    // Denied on every connection, twice: both workers' caches remember the counter.
+    const denied = await Promise.all(
+      Array.from({ length: 2 * clients.length }, (_, i) =>
+        callCheck(clients[i % clients.length]!, request(1)),
+      ),
+    );
+    expect(new Set(codesOf(denied))).toEqual(new Set(['OVER_LIMIT']));
+
+    const refund = await callCheck(clients[0]!, request(10, true));
+    expect(refund.statuses?.[0]).toMatchObject({ code: 'OK', limit_remaining: 10 });
+    // Once the notice has reached both workers, no connection is denied from memory.
+    await eventually(async () => {
+      const peeks = await Promise.all(clients.map((client) => callCheck(client, request(0))));
+      return peeks.every((peek) => peek.overall_code === 'OK');
+    });
+    const charges = await spread(clients, 30, 'fixed', 'refunded');
+    expect(codesOf(charges).filter((code) => code === 'OK')).toHaveLength(10);
+  });
+
   it('/metrics sums both workers, whichever answers', async () => {
     // 20 calls on each of 6 connections: a worker holding k of them served 20k, fewer than 120.
     const responses = await spread(clients, 120, 'counted', 'x');

@@ -30,6 +30,9 @@ export const README_ACL_COMMANDS = [
   '+exists',
 ];
 
+/** What README's ACL line grants for refund notices (see src/store/invalidation.ts). */
+export const README_ACL_PUBSUB = ['&tollgate:given-back', '+publish', '+subscribe'];
+
 export interface TestRedis {
   host: string;
   port: number;

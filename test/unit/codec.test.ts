@@ -92,6 +92,40 @@ describe('decoding a request', () => {
     expect(check(Buffer.from(writer.finish())).descriptors[0]?.hitsAddend).toBe(0n);
   });
 
+  it('reads is_negative_hits (field 4), true for any non-zero varint, and refuses it in another wire type', () => {
+    const result = check({
+      domain: 'api',
+      descriptors: [
+        { entries: [entry('a', '1')], hits_addend: { value: 5 }, is_negative_hits: true },
+        { entries: [entry('a', '2')], is_negative_hits: false },
+        { entries: [entry('a', '3')] },
+      ],
+    });
+    expect(result.descriptors.map((d) => d.isNegativeHits)).toEqual([true, undefined, undefined]);
+    expect(result.descriptors[0]?.hitsAddend).toBe(5n);
+
+    const descriptor = (field4: (writer: protobuf.Writer) => void) => {
+      const writer = protobuf.Writer.create();
+      writer.uint32((1 << 3) | 2).string('api');
+      writer.uint32((2 << 3) | 2).fork();
+      writer
+        .uint32((1 << 3) | 2)
+        .fork()
+        .uint32((1 << 3) | 2)
+        .string('k')
+        .ldelim();
+      field4(writer);
+      writer.ldelim();
+      return Buffer.from(writer.finish());
+    };
+    expect(
+      check(descriptor((w) => w.uint32(4 << 3).uint32(7))).descriptors[0]?.isNegativeHits,
+    ).toBe(true);
+    expect(rejection(descriptor((w) => w.uint32((4 << 3) | 2).bytes(Buffer.from('x'))))).toMatch(
+      /^InvalidRequestError: malformed request: invalid tag 34/,
+    );
+  });
+
   it('maps every override unit', () => {
     const units = ['SECOND', 'MINUTE', 'HOUR', 'DAY', 'MONTH', 'YEAR'];
     const result = check({

@@ -12,6 +12,7 @@ function rule(metricKey: string[], fields: Partial<RuleOutcome> = {}): RuleOutco
     over: false,
     near: false,
     shadowed: false,
+    givenBack: false,
     ...fields,
   };
 }

@@ -31,9 +31,21 @@ export interface TollgateClientOptions {
 export type DescriptorEntries =
   Readonly<Record<string, string>> | ReadonlyArray<readonly [key: string, value: string]>;
 
+/**
+ * A descriptor with its own cost: `hitsAddend` (a whole number; 0 checks without consuming)
+ * overrides the request's, and `isNegativeHits` gives that cost back to the budget instead of
+ * taking it (a refund, which always answers OK).
+ */
+export interface DescriptorRequest {
+  entries: DescriptorEntries;
+  hitsAddend?: number;
+  isNegativeHits?: boolean;
+}
+
 export interface CheckRequest {
   domain: string;
-  descriptors: readonly DescriptorEntries[];
+  /** Each descriptor as its entries, or with its own cost as a DescriptorRequest. */
+  descriptors: readonly (DescriptorEntries | DescriptorRequest)[];
   /** The request's cost, a whole number; 0 or absent means 1. */
   hitsAddend?: number;
 }
@@ -92,15 +104,10 @@ export function createTollgateClient(options: TollgateClientOptions): TollgateCl
 
   return {
     async check(request) {
-      const hits = request.hitsAddend ?? 0;
-      if (!Number.isInteger(hits) || hits < 0 || hits > UINT32_MAX) {
-        throw new TollgateRequestError(
-          `hitsAddend: ${hits} is not a whole number from 0 to ${UINT32_MAX}`,
-          'INVALID_ARGUMENT',
-        );
-      }
+      const hits = wholeNumber(request.hitsAddend ?? 0, 'hitsAddend', UINT32_MAX);
+      const wire = toWire(request, hits);
       try {
-        return toResult(await call(toWire(request, hits)));
+        return toResult(await call(wire));
       } catch (error) {
         if (!(error instanceof TollgateUnavailableError) || whenUnavailable === 'throw') {
           throw error;
@@ -114,16 +121,58 @@ export function createTollgateClient(options: TollgateClientOptions): TollgateCl
   };
 }
 
+/** A descriptor's own uint64 cost stays exact up to 2^53 - 1 as a JavaScript number. */
+const DESCRIPTOR_HITS_MAX = Number.MAX_SAFE_INTEGER;
+
+function wholeNumber(value: number, path: string, max: number): number {
+  if (!Number.isInteger(value) || value < 0 || value > max) {
+    throw new TollgateRequestError(
+      `${path}: ${value} is not a whole number from 0 to ${max}`,
+      'INVALID_ARGUMENT',
+    );
+  }
+  return value;
+}
+
 function toWire(request: CheckRequest, hits: number): RateLimitRequestObject {
   return {
     domain: request.domain,
-    descriptors: request.descriptors.map((descriptor) => ({
-      entries: (Array.isArray(descriptor) ? descriptor : Object.entries(descriptor)).map(
-        ([key, value]) => ({ key, value }),
-      ),
-    })),
+    descriptors: request.descriptors.map((descriptor, i) => {
+      if (!isDescriptorRequest(descriptor)) return { entries: toEntries(descriptor) };
+      const wire: NonNullable<RateLimitRequestObject['descriptors']>[number] = {
+        entries: toEntries(descriptor.entries),
+      };
+      if (descriptor.hitsAddend !== undefined) {
+        const own = wholeNumber(
+          descriptor.hitsAddend,
+          `descriptors[${i}].hitsAddend`,
+          DESCRIPTOR_HITS_MAX,
+        );
+        wire.hits_addend = { value: String(own) };
+      }
+      if (descriptor.isNegativeHits === true) wire.is_negative_hits = true;
+      return wire;
+    }),
     ...(hits === 0 ? {} : { hits_addend: hits }),
   };
+}
+
+/** Entries are strings; a descriptor given with its cost has an object or a list as `entries`. */
+function isDescriptorRequest(
+  descriptor: DescriptorEntries | DescriptorRequest,
+): descriptor is DescriptorRequest {
+  return (
+    !Array.isArray(descriptor) &&
+    typeof (descriptor as { entries?: unknown }).entries === 'object' &&
+    (descriptor as { entries?: unknown }).entries !== null
+  );
+}
+
+function toEntries(entries: DescriptorEntries): { key: string; value: string }[] {
+  return (Array.isArray(entries) ? entries : Object.entries(entries)).map(([key, value]) => ({
+    key,
+    value,
+  }));
 }
 
 function toTollgateError(error: ServiceError): TollgateError {

@@ -7,6 +7,7 @@ export {
   type CheckRequest,
   type CheckResult,
   type DescriptorEntries,
+  type DescriptorRequest,
   type FallbackResult,
   type ServiceResult,
   type TollgateClient,

@@ -20,6 +20,7 @@ export interface RateLimitRequestObject {
     entries?: { key?: string; value?: string }[];
     limit?: { requests_per_unit?: number; unit?: string | number };
     hits_addend?: { value?: string | number };
+    is_negative_hits?: boolean;
   }[];
   hits_addend?: number;
 }

@@ -50,6 +50,7 @@ const HITS_ADDEND_TAG = 3 << 3;
 const ENTRIES_TAG = (1 << 3) | 2;
 const LIMIT_TAG = (2 << 3) | 2;
 const DESCRIPTOR_HITS_TAG = (3 << 3) | 2;
+const IS_NEGATIVE_HITS_TAG = 4 << 3;
 const KEY_TAG = (1 << 3) | 2;
 const VALUE_TAG = (2 << 3) | 2;
 const REQUESTS_PER_UNIT_TAG = 1 << 3;
@@ -57,7 +58,7 @@ const UNIT_TAG = 2 << 3;
 const UINT64_VALUE_TAG = 1 << 3;
 // Wire type by field number, for the fields each message knows.
 const REQUEST_WIRE_TYPES = [-1, 2, 2, 0];
-const DESCRIPTOR_WIRE_TYPES = [-1, 2, 2, 2];
+const DESCRIPTOR_WIRE_TYPES = [-1, 2, 2, 2, 0];
 const ENTRY_WIRE_TYPES = [-1, 2, 2];
 const LIMIT_WIRE_TYPES = [-1, 0, 0];
 const UINT64_VALUE_WIRE_TYPES = [-1, 0];
@@ -82,6 +83,7 @@ interface WireDescriptor {
   entryCount: number;
   limit: { requestsPerUnit: number; unit: number } | undefined;
   hitsAddend: WireLong | undefined;
+  isNegativeHits: boolean;
   /** A fault inside an entry, the limit or the cost, reported after the counts. */
   inner?: Error;
 }
@@ -148,9 +150,14 @@ function readDescriptor(reader: protobuf.Reader, maxEntries: number): WireDescri
     entryCount: 0,
     limit: undefined,
     hitsAddend: undefined,
+    isNegativeHits: false,
   };
   while (reader.pos < end) {
     const tag = readTag(reader, DESCRIPTOR_WIRE_TYPES);
+    if (tag === IS_NEGATIVE_HITS_TAG) {
+      descriptor.isNegativeHits = reader.bool();
+      continue;
+    }
     if (tag !== ENTRIES_TAG && tag !== LIMIT_TAG && tag !== DESCRIPTOR_HITS_TAG) {
       reader.skipType(tag & 7);
       continue;
@@ -246,6 +253,7 @@ function toDescriptor(wire: WireDescriptor, i: number, limits: RequestLimits): D
     descriptor.limit = { requestsPerUnit: wire.limit.requestsPerUnit, unit };
   }
   if (wire.hitsAddend) descriptor.hitsAddend = toUint64(wire.hitsAddend);
+  if (wire.isNegativeHits) descriptor.isNegativeHits = true;
   return descriptor;
 }
 

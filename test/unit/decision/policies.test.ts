@@ -123,6 +123,7 @@ describe('headers', () => {
         cost: 1,
         shadow: false,
         quota: false,
+        giveBack: false,
       },
       {
         index: 1,
@@ -132,6 +133,7 @@ describe('headers', () => {
         cost: 1,
         shadow: false,
         quota: false,
+        giveBack: false,
       },
     ],
     denied: true,
