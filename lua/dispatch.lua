@@ -46,8 +46,11 @@ Giving back: a give-back counter is settled before every other counter of the re
 order, so that the request's charges are judged on what it gave back, and two give-backs on one
 key add up. Each algorithm gives back what its current window holds (see its give_back): a
 counter that does not exist, or whose window has rolled over, has nothing to give and is not
-written. It always fits: it never denies the request, whatever the others decide. Each
-given-back key is published on the channel tollgate:given-back, for the services' caches.
+written. It always fits: it never denies the request, whatever the others decide. With
+reference, it is counted in its place among the reference counters instead, as the reference's
+refunds are: the count goes down by the cost, never below 0, it is never held nor cached, and
+its reply's remaining is the count after it. Each given-back key is published on the channel
+tollgate:given-back, for the services' caches.
 
 Reply, integers: { allowed, fits_1, remaining_1, reset_ms_1, [kept_1, kept_reset_ms_1,]
                    fits_2, ..., now }
@@ -112,7 +115,8 @@ local function count_as_reference(k, a, n, states, slack)
   for i = 1, n do
     local b = a + 6 * (i - 1)
     local flags = tonumber(ARGV[b + 5])
-    if has(flags, REFERENCE) and has(flags, STOP) and not has(flags, CACHED) then
+    if has(flags, REFERENCE) and has(flags, STOP) and not has(flags, CACHED)
+        and not has(flags, GIVE_BACK) then
       near[i] = states[i].c + tonumber(ARGV[b + 4]) > tonumber(ARGV[b + 2])
       if near[i] then near_any = true end
     end
@@ -126,7 +130,15 @@ local function count_as_reference(k, a, n, states, slack)
       -- Two counters of one key are one count: the later one sees the earlier one's increment.
       local s = live[key] or states[i]
       live[key] = s
-      if has(flags, CACHED) then
+      if has(flags, GIVE_BACK) then
+        -- A refund, in its place among the request's counts, never held and never cached.
+        if cost > 0 and s.c > 0 then
+          s.c = math.max(0, s.c - cost)
+          must('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c))
+        end
+        if cost > 0 then redis.pcall('PUBLISH', GIVEN_BACK_CHANNEL, key) end
+        verdicts[i], counts[i] = true, s.c
+      elseif has(flags, CACHED) then
         verdicts[i], counts[i] = false, s.c
       else
         local add = cost
@@ -150,7 +162,8 @@ local function give_back_all(k, a, n, now, states, verdicts, slack)
   local given = {}
   for i = 1, n do
     local b = a + 6 * (i - 1)
-    if has(tonumber(ARGV[b + 5]), GIVE_BACK) then
+    local flags = tonumber(ARGV[b + 5])
+    if has(flags, GIVE_BACK) and not has(flags, REFERENCE) then
       local algorithm = ALGORITHMS[tonumber(ARGV[b])]
       local key, window = KEYS[k + i], tonumber(ARGV[b + 1])
       -- Every key was read already, so the load cannot fail here.
@@ -167,7 +180,7 @@ local function give_back_all(k, a, n, now, states, verdicts, slack)
   for i = 1, n do
     local b = a + 6 * (i - 1)
     local flags = tonumber(ARGV[b + 5])
-    if not has(flags, GIVE_BACK) then
+    if not has(flags, GIVE_BACK) or has(flags, REFERENCE) then
       local algorithm = ALGORITHMS[tonumber(ARGV[b])]
       local state = algorithm.load(KEYS[k + i], now, tonumber(ARGV[b + 1]))
       if has(flags, RENEW) then state.expiring = false end
@@ -196,10 +209,10 @@ local function decide(k, a, n, now, slack)
     if not state then return err end
     if has(flags, RENEW) then state.expiring = false end
     states[i] = state
-    if has(flags, GIVE_BACK) then
-      give_backs = true
-    elseif has(flags, REFERENCE) then
+    if has(flags, REFERENCE) then
       references = true
+    elseif has(flags, GIVE_BACK) then
+      give_backs = true
     else
       verdicts[i] = algorithm.fits(state, limit, burst, math.max(cost, 1))
     end
@@ -234,7 +247,7 @@ local function decide(k, a, n, now, slack)
     local flags, fits = tonumber(ARGV[b + 5]), verdicts[i]
     local part = has(flags, PART)
     local remaining, reset, kept, kept_reset
-    if has(flags, GIVE_BACK) then
+    if has(flags, GIVE_BACK) and not has(flags, REFERENCE) then
       fits, remaining, reset = true, given[i][1], given[i][2]
       kept, kept_reset = remaining, reset
     elseif has(flags, REFERENCE) then

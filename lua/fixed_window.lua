@@ -67,8 +67,6 @@ ALGORITHMS[1] = {
       must('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c))
       expire_once(key, s, s.window - s.e + slack)
     end
-    -- A limit of 0 never takes a unit: no reset, as a check of it answers.
-    if limit < 1 then return 0, -1 end
     return math.max(0, limit - s.c), s.window - s.e
   end,
 

@@ -91,7 +91,7 @@ ALGORITHMS[2] = {
       must('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c), 'p', int(s.p))
       expire_once(key, s, 2 * s.window - s.e + slack)
     end
-    return ALGORITHMS[2].settle(key, s, limit, burst, 0, limit >= 1 or nil, false, slack)
+    return ALGORITHMS[2].settle(key, s, limit, burst, 0, true, false, slack)
   end,
 
   refund = function(key, at, window, _, _, cost)

@@ -17,6 +17,11 @@ export interface CountingPolicy {
     shadow: boolean,
     quota: boolean,
   ): number;
+  /**
+   * Puts a refund's counter into `counters`, never merged with another (see Store.ts's
+   * `giveBack`); returns its slot.
+   */
+  addGiveBack(counters: CounterCheck[], key: string, limit: Limit, cost: number): number;
   /** What the descriptor has left, from its counter's result. */
   remaining(limit: Limit, counter: CounterCheck, result: CounterResult): number;
   /** How the statistics split its hits; undefined for tollgate's own split (see splitHits). */
@@ -35,6 +40,7 @@ export interface CountingPolicy {
  */
 export const ownCounting: CountingPolicy = {
   add: addCounter,
+  addGiveBack: (counters, key, limit, cost) => counters.push(giveBackCounter(key, limit, cost)) - 1,
   remaining: (_limit, _counter, result) => result.remaining,
   counts: () => undefined,
 };
@@ -53,6 +59,13 @@ export function referenceCounting(stop: boolean, nearRatio: number): CountingPol
       }
       const counter = newCounter(key, limit, cost, shadow, quota);
       counter.reference = { stop, held: false, cached: false };
+      return counters.push(counter) - 1;
+    },
+    addGiveBack(counters, key, limit, cost) {
+      const counter = giveBackCounter(key, limit, cost);
+      // Counted in its place among the reference's counts, as the reference's refunds are.
+      if (limit.algorithm === 'fixed_window')
+        counter.reference = { stop, held: false, cached: false };
       return counters.push(counter) - 1;
     },
     remaining(limit, counter, result) {
@@ -96,7 +109,15 @@ function addCounter(
   return slot;
 }
 
-export function newCounter(
+/** A refund's counter: no role but giving back (an overdraw rule gives back as any other). */
+function giveBackCounter(key: string, limit: Limit, cost: number): CounterCheck {
+  const counter = newCounter(key, limit, cost, false, false);
+  counter.giveBack = true;
+  counter.overdraw = false;
+  return counter;
+}
+
+function newCounter(
   key: string,
   limit: Limit,
   cost: number,

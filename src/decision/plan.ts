@@ -4,7 +4,7 @@ import { costOf, overrideLimit } from './limits.js';
 import { matchRule } from '../rules/match.js';
 import type { Algorithm, Limit, RuleNode, RuleSet } from '../rules/types.js';
 import type { CounterCheck } from '../store/Store.js';
-import { newCounter, type CountingPolicy } from './counting.js';
+import type { CountingPolicy } from './counting.js';
 import type { QuotaPolicy } from './quota.js';
 
 /**
@@ -106,7 +106,7 @@ export function planCheck(check: Check, ruleSet: RuleSet, policy: PlanPolicy): P
       limit.windowMs,
     );
     const slot = giveBack
-      ? addGiveBack(counters, key, limit, cost)
+      ? counting.addGiveBack(counters, key, limit, cost)
       : counting.add(counters, key, limit, cost, shadow, quota);
     counted.push({
       index,
@@ -124,19 +124,6 @@ export function planCheck(check: Check, ruleSet: RuleSet, policy: PlanPolicy): P
   // their own quota verdicts.
   if (unjudged && quotaPolicy.unjudgedPasses) for (const counter of counters) counter.shadow = true;
   return { check, unknownDomain: false, nodes, settled, counted, counters };
-}
-
-/**
- * A give-back counter of its own, in either counting mode: never merged with the request's
- * charges, so that it is settled before them (see Store.ts), nor with another give-back, so that
- * each answers what is left after it.
- */
-function addGiveBack(counters: CounterCheck[], key: string, limit: Limit, cost: number): number {
-  const counter = newCounter(key, limit, cost, false, false);
-  counter.giveBack = true;
-  // An overdraw rule gives back as any other.
-  counter.overdraw = false;
-  return counters.push(counter) - 1;
 }
 
 /** The names that the request's matched limits replace; undefined when none does. */

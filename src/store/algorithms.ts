@@ -138,8 +138,6 @@ const fixedWindow: AlgorithmImpl = {
       s.c = Math.max(0, s.c - cost);
       write = { t: s.now, w: s.index, c: s.c };
     }
-    // A limit of 0 never takes a unit: no reset, as a check of it answers.
-    if (limit < 1) return { remaining: 0, reset: -1, write, ttl: rest };
     return { remaining: Math.max(0, limit - s.c), reset: rest, write, ttl: rest };
   },
 };
@@ -178,7 +176,7 @@ const slidingWindow: AlgorithmImpl = {
       s.c = Math.max(0, s.c - cost);
       write = { t: s.now, w: s.index, c: s.c, p: s.p };
     }
-    return { ...slidingWindow.settle(s, limit, 0, limit >= 1 ? true : undefined, false), write };
+    return { ...slidingWindow.settle(s, limit, 0, true, false), write };
   },
 };
 

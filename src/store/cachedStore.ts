@@ -89,7 +89,10 @@ export function withLocalCache(store: Store, options: CacheOptions): LocalCacheS
       for (let slot = 0; slot < counters.length; slot++) {
         const counter = counters[slot] as CounterCheck;
         const result = decision.results[slot];
-        if (counter.giveBack) cache.forget(counter.key);
+        if (counter.giveBack) {
+          cache.forget(counter.key);
+          continue;
+        }
         if (result === undefined || counter.reference === undefined) continue;
         const deadline = remembered?.[slot];
         if (counter.reference.cached && deadline !== undefined) {
@@ -175,7 +178,9 @@ function rememberedOver(
 ): (number | undefined)[] | undefined {
   let found = false;
   const deadlines = counters.map((counter) => {
-    const deadline = counter.reference ? cache.until(counter.key, now) : undefined;
+    // A refund is applied whatever the cache says, as the reference's are.
+    const deadline =
+      counter.reference && !counter.giveBack ? cache.until(counter.key, now) : undefined;
     if (deadline !== undefined && counter.reference) {
       counter.reference.cached = true;
       found = true;

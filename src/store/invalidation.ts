@@ -44,10 +44,12 @@ export interface SubscribeOptions {
   connection: Redis | Cluster;
   /** Told once per cause when the caches cannot be kept coherent, and so answer nothing. */
   onRefused: (reason: string) => void;
+  /** Called with each connection the subscriber makes, before it connects. */
+  prepare?: (node: Redis) => void;
 }
 
 export function subscribeToRefunds(options: SubscribeOptions): Coherence {
-  const { connection, onRefused } = options;
+  const { connection, onRefused, prepare } = options;
   const listeners: ((key: string | 'all') => void)[] = [];
   let live = false;
   let generation = 0;
@@ -66,15 +68,17 @@ export function subscribeToRefunds(options: SubscribeOptions): Coherence {
 
   // Its own connection, in subscriber mode: it queues the SUBSCRIBE until connected, and it
   // subscribes again itself on each new connection (below), so that it knows when it is live.
-  const subscriber =
-    'isCluster' in connection && connection.isCluster
-      ? (connection as Cluster).duplicate(undefined, { lazyConnect: false, autoResubscribe: false })
-      : (connection as Redis).duplicate({
-          lazyConnect: false,
-          enableOfflineQueue: true,
-          autoResubscribe: false,
-          maxRetriesPerRequest: null,
-        });
+  const cluster = 'isCluster' in connection && connection.isCluster;
+  const subscriber = cluster
+    ? (connection as Cluster).duplicate(undefined, { lazyConnect: true, autoResubscribe: false })
+    : (connection as Redis).duplicate({
+        lazyConnect: true,
+        enableOfflineQueue: true,
+        autoResubscribe: false,
+        maxRetriesPerRequest: null,
+      });
+  if (cluster) subscriber.on('+node', (node: Redis) => prepare?.(node));
+  else prepare?.(subscriber as Redis);
   subscriber.on('error', () => undefined);
   subscriber.on('close', () => {
     live = false;
@@ -102,6 +106,7 @@ export function subscribeToRefunds(options: SubscribeOptions): Coherence {
           refuse(`the Redis user may not PUBLISH to ${GIVEN_BACK_CHANNEL}: ${message(error)}`),
       );
   });
+  subscriber.connect().catch(() => undefined); // failures arrive as 'error' events
   subscriber.on('message', (channel: string, key: string) => {
     if (channel !== GIVEN_BACK_CHANNEL || key === '') return;
     generation++;

@@ -116,7 +116,8 @@ function giveBackAll(
   now: number,
 ): (CounterResult | undefined)[] {
   return checks.map((check) => {
-    if (!check.giveBack) return undefined;
+    // A reference counter gives back in its place among the reference's counts.
+    if (!check.giveBack || check.reference) return undefined;
     const algorithm = ALGORITHM_IMPLS[check.algorithm];
     const state = algorithm.load(read(counters, check.key, now), now, check.windowMs);
     const settled = algorithm.giveBack(state, check.limit, check.burst, check.cost);
@@ -195,7 +196,7 @@ function countAsReference(
   const counts = new Map<number, number>();
   const near = checks.map((check, i) => {
     const counting = check.reference;
-    if (!counting?.stop || counting.cached) return false;
+    if (!counting?.stop || counting.cached || check.giveBack) return false;
     return (states[i] as Loaded).c + check.cost > check.limit;
   });
   const nearAny = near.includes(true);
@@ -205,6 +206,19 @@ function countAsReference(
     if (counting === undefined) continue;
     const state = live.get(check.key) ?? (states[i] as Loaded);
     live.set(check.key, state);
+    if (check.giveBack) {
+      if (check.cost > 0 && state.c > 0) {
+        state.c = Math.max(0, state.c - check.cost);
+        const slot = counters.get(check.key) as { expiresAt: number };
+        counters.set(check.key, {
+          state: { t: state.now, w: state.index, c: state.c },
+          expiresAt: slot.expiresAt,
+        });
+      }
+      verdicts[i] = true;
+      counts.set(i, state.c);
+      continue;
+    }
     if (counting.cached) {
       verdicts[i] = false;
       counts.set(i, state.c);

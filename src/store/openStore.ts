@@ -7,6 +7,7 @@ import type { CodePath, FunctionsSetting } from './functions.js';
 import type { RedisSettings } from './redisSettings.js';
 import type { Store } from './Store.js';
 import { SINGLE_PROCESS, subscribeToRefunds, type Coherence } from './invalidation.js';
+import { routeAuthWarnings } from './authWarnings.js';
 
 /**
  * The store the settings ask for: Redis (single, Sentinel or Cluster) or this process's memory,
@@ -107,6 +108,8 @@ export function openStore(settings: StoreSettings, options: OpenStoreOptions): O
 function refundNotices(connection: RedisAccess['connection'], logger: Logger): Coherence {
   return subscribeToRefunds({
     connection,
+    // The store's own connection has said it already, once.
+    prepare: (node) => routeAuthWarnings(node, () => undefined),
     onRefused: (reason) =>
       logger.warn(
         { reason },

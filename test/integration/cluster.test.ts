@@ -326,6 +326,14 @@ describe('the cluster store and the in-memory store', () => {
       advanceMs: fc.oneof(fc.integer({ min: 0, max: 50 }), fc.integer({ min: 0, max: 90_000 })),
       counters: fc.uniqueArray(fc.integer({ min: 0, max: 3 }), { minLength: 1, maxLength: 4 }),
       cost: fc.integer({ min: 0, max: 3 }),
+      /** A refund (is_negative_hits) of one of the counters, in its own slot's call. */
+      giveBack: fc.option(
+        fc.record({
+          counter: fc.integer({ min: 0, max: 3 }),
+          cost: fc.integer({ min: 0, max: 4 }),
+        }),
+        { freq: 3 },
+      ),
     });
     let run = 0;
     await fc.assert(
@@ -338,9 +346,9 @@ describe('the cluster store and the in-memory store', () => {
           let now = start;
           const memory = createMemoryStore({ clock: () => now });
           try {
-            for (const { advanceMs, counters, cost } of steps) {
+            for (const { advanceMs, counters, cost, giveBack } of steps) {
               now += advanceMs;
-              const checks: CounterCheck[] = counters.map((i) => {
+              const checkOf = (i: number, cost: number): CounterCheck => {
                 const { algorithm, limit, extraBurst, reference, ...rest } = specs[i]!;
                 return {
                   // One tenant per counter: the counters of a step fall on different slots.
@@ -354,7 +362,19 @@ describe('the cluster store and the in-memory store', () => {
                     ? { reference: { stop: false, held: false, cached: reference.cached } }
                     : {}),
                 };
-              });
+              };
+              const checks = counters.map((i) => checkOf(i, cost));
+              if (giveBack !== null) {
+                // As the plan makes it: a counter of its own, of no other role.
+                const { reference: _, ...given } = checkOf(giveBack.counter, giveBack.cost);
+                checks.push({
+                  ...given,
+                  shadow: false,
+                  quota: false,
+                  overdraw: false,
+                  giveBack: true,
+                });
+              }
               expect(await store.decide(checks, now)).toEqual(await memory.decide(checks, now));
             }
           } finally {

@@ -145,7 +145,7 @@ describe('signals', () => {
 
 describe('the start-up line', () => {
   it('names the store without its password, the rules, the failure mode and the timeout', async () => {
-    await redis.client.call('ACL', 'SETUSER', 'proc', 'on', `>${PASSWORD}`, '~*', '+@all');
+    await redis.client.call('ACL', 'SETUSER', 'proc', 'on', `>${PASSWORD}`, '~*', '&*', '+@all');
     const tollgate = await spawnKept({
       REDIS_URL: `redis://proc:${PASSWORD}@127.0.0.1:${redis.port}`,
       EXPIRATION_JITTER_MAX_SECONDS: '300',

@@ -50,6 +50,7 @@ export const comparedResponses = (): number => compared;
 export async function startPair(
   rules: Readonly<Record<string, string>>,
   env: Record<string, string> = {},
+  referenceBinary?: string,
 ): Promise<Pair> {
   const [referenceRedis, tollgateRedis] = await Promise.all([startRedis(), startRedis()]);
   const rulesDir = mkdtempSync(join(tmpdir(), 'tollgate-pair-'));
@@ -60,7 +61,7 @@ export async function startPair(
   };
   for (const [name, yaml] of Object.entries(rules)) writeOwn(name, yaml);
   const [reference, tollgate] = await Promise.all([
-    startReference(rules, `127.0.0.1:${referenceRedis.port}`, env),
+    startReference(rules, `127.0.0.1:${referenceRedis.port}`, env, referenceBinary),
     spawnTollgate('', {
       CONFIG_PATH: rulesDir,
       CONFIG_SETTLE_TIME: '0s',

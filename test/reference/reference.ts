@@ -28,15 +28,16 @@ export async function startReference(
   rules: Readonly<Record<string, string>>,
   redisUrl: string,
   env: Record<string, string> = {},
+  binary = REFERENCE_BIN,
 ): Promise<ReferenceProcess> {
-  if (!existsSync(REFERENCE_BIN)) {
+  if (!existsSync(binary)) {
     throw new Error(
-      `the reference server is not built at ${REFERENCE_BIN}: run scripts/reference.sh first`,
+      `the reference server is not built at ${binary}: run scripts/reference.sh first`,
     );
   }
   const layout = referenceLayout(rules);
   const { env: serverEnv, grpcPort, prometheusPort } = await referenceEnv(layout.root, redisUrl);
-  const child: ChildProcess = spawn(REFERENCE_BIN, [], {
+  const child: ChildProcess = spawn(binary, [], {
     env: {
       PATH: process.env.PATH,
       ...serverEnv,
