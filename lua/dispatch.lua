@@ -11,7 +11,7 @@ ARGV[3 + 6(i-1) ..]  per key i: algorithm (1 fixed_window, 2 sliding_window, 3 t
          window ms W, limit L, burst B, cost (0 = check only: fits when one unit fits), and flags:
            1 shadow    outside the gate: consumed when it fits, never blocks the others
            2 quota     blocks only when every quota counter of the request is over
-           4 overdraw  consumed even when over, saturating at the limit
+           4 overdraw  consumed even when over, recorded in full (see each algorithm)
            8 part      the request spans several Redis Cluster slots and this call holds only some
                        of its counters: a quota counter does not gate here (the caller combines
                        the quota verdicts of every call), and the reply says what the counter

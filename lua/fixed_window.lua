@@ -9,8 +9,9 @@ State, a hash per counter: t = last decision time (ms), w = window index, c = co
   settle(key, state, L, B, cost, fits, commit, slack)
                                     -> remaining, reset_ms; writes only when commit and cost > 0
 
-Consuming saturates at L: the same as adding the cost whenever it fits, and an overdraw (a cost
-committed although it does not fit) uses up what is left instead of recording nothing.
+Consuming adds the cost. Only an overdraw commits a cost that does not fit: it is recorded in
+full, past L (up to 2^52), so the counter stays over until the window ends or refunds bring it
+back under.
 
 Reset: W - e, whether allowed or denied (e = time elapsed in the window); -1 when the cost
 exceeds the limit and never fits.
@@ -53,7 +54,7 @@ ALGORITHMS[1] = {
   settle = function(key, s, limit, _, cost, fits, commit, slack)
     local rest = s.window - s.e
     if commit and cost > 0 then
-      s.c = math.max(s.c, math.min(s.c + cost, limit))
+      s.c = math.min(s.c + cost, MAX_FIXED_COUNT)
       must('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c))
       expire_once(key, s, rest + slack)
     end

@@ -83,6 +83,11 @@ local function expire_once(key, state, ttl)
   state.expiring = true
 end
 
+-- The most an overdraw records: a fixed window's count stays exact below 2^53; a sliding window's,
+-- which its products multiply, below 2^33 (see below).
+local MAX_FIXED_COUNT = 4503599627370496 -- 2^52
+local MAX_SLIDING_COUNT = 8589934591 -- 2^33 - 1
+
 -- Split point for the exact products: factors below 2^33 times halves below 2^20 stay below 2^53.
 local SPLIT = 1048576 -- 2^20
 

@@ -12,8 +12,8 @@ window w, p = count in window w-1.
   settle(key, state, L, B, cost, fits, commit, slack)
                                     -> remaining, reset_ms; writes only when commit and cost > 0
 
-Consuming saturates where the window is full (L minus the previous window's weight, rounded up):
-the same as adding the cost whenever it fits, and an overdraw uses up what is left.
+Consuming adds the cost. Only an overdraw commits a cost that does not fit: it is recorded in
+full, past L (a window's count up to 2^33 - 1, which keeps the products exact).
 
 Reset, in whole milliseconds rounded up (X = L - c - need):
   allowed: 2W - e while the current window counts anything, else W - e
@@ -65,7 +65,7 @@ ALGORITHMS[2] = {
     local weighted, rest = mul_div(s.p, W - e, W)
     if rest > 0 then weighted = weighted + 1 end
     if commit and cost > 0 then
-      s.c = math.max(s.c, math.min(s.c + cost, limit - weighted))
+      s.c = math.min(s.c + cost, MAX_SLIDING_COUNT)
       must('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c), 'p', int(s.p))
       expire_once(key, s, 2 * W - e + slack)
     end

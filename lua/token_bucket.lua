@@ -15,8 +15,10 @@ was written with (a changed limit keeps its whole tokens).
   settle(key, state, L, B, cost, fits, commit, slack)
                                     -> remaining, reset_ms; writes only when commit and cost > 0
 
-Consuming never takes the bucket below empty: the same as taking the cost whenever it fits, and
-an overdraw empties the bucket instead of recording nothing.
+Consuming takes the cost. Only an overdraw commits a cost that does not fit: the bucket goes
+into debt, at most one burst deep (-B), so that it is full again at most 2B/R after the last
+overdraw. Until the debt is paid back by refills or refunds it denies everything, peeks included,
+and remaining reads 0.
 
 Reset: allowed, the time until the bucket is full, ceil((B*s - k)/r); denied, the time until
 need tokens are there, ceil((need*s - k)/r).
@@ -71,7 +73,7 @@ ALGORITHMS[3] = {
   settle = function(key, st, _, _, cost, fits, commit, slack)
     -- A bucket of no capacity (rate 0) holds nothing to store, even for an overdraw.
     if commit and cost > 0 and st.full > 0 then
-      st.tokens = math.max(0, st.tokens - cost * st.scale)
+      st.tokens = math.max(-st.full, st.tokens - cost * st.scale)
       must('HSET', key, 't', int(st.now), 'k', int(st.tokens), 's', int(st.scale))
       must('PEXPIRE', key, ceil_div(st.full - st.tokens, st.refill) + slack)
     end
@@ -83,7 +85,7 @@ ALGORITHMS[3] = {
     else
       reset = ceil_div(math.max(cost, 1) * st.scale - st.tokens, st.refill)
     end
-    return math.floor(st.tokens / st.scale), reset
+    return math.max(0, math.floor(st.tokens / st.scale)), reset
   end,
 
   give_back = function(key, st, limit, burst, cost, slack)

@@ -2,7 +2,8 @@
  * Over-admission as the reports show it: per rule counter and epoch-aligned window W, the sum of
  * the allowed requests that RLQS clients reported, against the counter's limit L. What passes L
  * is over-admitted: requests the clients let through from their assignments (or fallbacks) that
- * the rule had no room for. The counter itself cannot show it, since an overdraw saturates at L.
+ * the rule had no room for. The counter records them too (an overdraw lands in full), but cannot
+ * tell them from classic checks' counts.
  * Classic checks are not counted here: the store admits those exactly.
  *
  * It sees the reports of this process only; with several instances each sees its own clients'.

@@ -8,7 +8,7 @@ import type { Algorithm } from '../rules/types.js';
  * - All or nothing: the request is allowed when every enforced counter fits and, if it has quota
  *   counters, one of them fits. Then the enforced counters and the fitting quota counters are
  *   consumed; otherwise none is. Shadow counters are consumed when they fit, and overdraw
- *   counters always, saturating at their limit, whatever the others do. Give-back counters
+ *   counters always, recorded in full past their limit, whatever the others do. Give-back counters
  *   (`giveBack`) are settled first, in order, and the others are judged on what they gave back.
  * - It makes one round trip to its backend (one Redis script call on a single Redis).
  * - Time never runs backwards for a counter: a decision uses the later of `nowMs` (or the store's
@@ -67,7 +67,7 @@ export interface CounterCheck {
   shadow: boolean;
   /** Blocks the request only when every quota counter of it is over. */
   quota: boolean;
-  /** Consumed even when over, saturating at the limit. */
+  /** Consumed even when over, recorded in full (a token bucket goes at most one burst into debt). */
   overdraw: boolean;
   /**
    * is_negative_hits: outside the gate, and settled before the request's other counters, its

@@ -58,6 +58,9 @@ export interface Settled {
 }
 
 const SPLIT = 2 ** 20;
+/** The most an overdraw records (lua/lib.lua): exact below 2^53, and below 2^33 where multiplied. */
+const MAX_FIXED_COUNT = 2 ** 52;
+const MAX_SLIDING_COUNT = 2 ** 33 - 1;
 
 export function productDifference(a: number, b: number, c: number, d: number): number {
   const bh = Math.floor(b / SPLIT);
@@ -125,7 +128,7 @@ const fixedWindow: AlgorithmImpl = {
     const rest = s.window - s.e;
     let write: CounterState | undefined;
     if (commit && cost > 0) {
-      s.c = Math.max(s.c, Math.min(s.c + cost, limit));
+      s.c = Math.min(s.c + cost, MAX_FIXED_COUNT);
       write = { t: s.now, w: s.index, c: s.c };
     }
     const reset = fits === undefined ? -1 : rest;
@@ -157,7 +160,7 @@ const slidingWindow: AlgorithmImpl = {
     const [floor, rest] = mulDiv(s.p, W - e, W);
     const weighted = rest > 0 ? floor + 1 : floor;
     if (commit && cost > 0) {
-      s.c = Math.max(s.c, Math.min(s.c + cost, limit - weighted));
+      s.c = Math.min(s.c + cost, MAX_SLIDING_COUNT);
       write = { t: s.now, w: s.index, c: s.c, p: s.p };
     }
     const remaining = Math.max(0, limit - s.c - weighted);
@@ -206,7 +209,7 @@ const tokenBucket: AlgorithmImpl = {
   settle(st, _limit, cost, fits, commit) {
     let write: CounterState | undefined;
     if (commit && cost > 0 && st.full > 0) {
-      st.tokens = Math.max(0, st.tokens - cost * st.scale);
+      st.tokens = Math.max(-st.full, st.tokens - cost * st.scale);
       write = { t: st.now, k: st.tokens, s: st.scale };
     }
     let reset: number;
@@ -214,7 +217,7 @@ const tokenBucket: AlgorithmImpl = {
     else if (fits) reset = ceilDiv(st.full - st.tokens, st.refill);
     else reset = ceilDiv(Math.max(cost, 1) * st.scale - st.tokens, st.refill);
     const ttl = write ? ceilDiv(st.full - st.tokens, st.refill) : 0;
-    return { remaining: Math.floor(st.tokens / st.scale), reset, write, ttl };
+    return { remaining: Math.max(0, Math.floor(st.tokens / st.scale)), reset, write, ttl };
   },
   giveBack(st, limit, burst, cost) {
     const fits = tokenBucket.fits(st, limit, burst, 1) === undefined ? undefined : true;

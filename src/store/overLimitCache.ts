@@ -8,7 +8,7 @@ import { NEVER, type CounterCheck, type CounterResult } from './Store.js';
  * and a deadline. It answers "denied" only for a cost at least that large, before the deadline.
  * That never denies what the store would allow, because every check of a remembered counter is
  * monotone until its reset:
- * - Other traffic only consumes: a window's counts only grow (an overdraw saturates, it never
+ * - Other traffic only consumes: a window's counts only grow (an overdraw adds, it never
  *   lowers them), whatever limit the other checks carry, and denying writes nothing. A give-back
  *   (is_negative_hits) lowers them: it takes its counter out of the cache here, and out of every
  *   other process's (see invalidation.ts).

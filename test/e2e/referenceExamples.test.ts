@@ -270,14 +270,17 @@ describe('the other reference keys, and overdraw', () => {
     expect(statusAt(denied, 0).limit_remaining).toBe(5);
   });
 
-  it('overdraw: a late cost larger than what is left spends the rest of the budget', async () => {
+  it('overdraw: a late cost larger than what is left is recorded in full', async () => {
     const c = await start('overdraw');
     const tokens = [d('tokens', 'reply')];
     expect(remaining(await c.check(tokens, 60))).toEqual([40]);
     const overdrawn = await c.check(tokens, 60);
     expect(statusAt(overdrawn).limit_remaining).toBe(0);
-    // The counter is saturated at the limit: not even one more fits.
+    // 120 of 100: one more does not fit, and lands too (121); a refund of 31 leaves 90.
     expect(codes(await c.check(tokens))).toEqual(['OVER_LIMIT', 'OVER_LIMIT']);
+    const refund = await c.check([{ ...d('tokens', 'reply'), is_negative_hits: true }], 31);
+    expect(remaining(refund)).toEqual([10]);
+    expect(codes(await c.check(tokens, 10))).toEqual(['OK', 'OK']);
   });
 
   it('without overdraw, a cost larger than what is left records nothing', async () => {

@@ -6,7 +6,7 @@ import type { RateLimitRequestObject, RateLimitResponseObject } from '@tollgate/
 import { createTollgateClient } from '@tollgate/client';
 import { metricValue } from '../support/metrics.js';
 import { startRedis, type TestRedis } from '../support/redis.js';
-import { codes, d, startTollgate, type Tollgate } from '../support/tollgate.js';
+import { codes, d, resetMs, startTollgate, type Tollgate } from '../support/tollgate.js';
 
 const RULES = `
 domain: budgets
@@ -26,6 +26,14 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 10, name: plan}
   - key: premium
     rate_limit: {unit: hour, requests_per_unit: 1000, replaces: [{name: plan}]}
+  - key: usage
+    rate_limit: {unit: hour, requests_per_unit: 100, algorithm: fixed_window, overdraw: true}
+  - key: usage_sliding
+    rate_limit: {unit: hour, requests_per_unit: 100, algorithm: sliding_window, overdraw: true}
+  - key: usage_bucket
+    rate_limit: {unit: hour, requests_per_unit: 100, algorithm: token_bucket, burst: 100, overdraw: true}
+  - key: budget
+    rate_limit: {unit: hour, requests_per_unit: 100, algorithm: fixed_window}
 `;
 
 type Descriptor = NonNullable<RateLimitRequestObject['descriptors']>[number];
@@ -40,6 +48,7 @@ function spend(hits: number | undefined, refund: boolean, ...entries: string[]):
 }
 const charge = (hits: number, ...entries: string[]) => spend(hits, false, ...entries);
 const refund = (hits: number | undefined, ...entries: string[]) => spend(hits, true, ...entries);
+const resetOf = (response: RateLimitResponseObject) => resetMs(response.statuses?.[0] ?? {});
 const left = (response: RateLimitResponseObject) =>
   (response.statuses ?? []).map((status) => status.limit_remaining);
 
@@ -194,6 +203,57 @@ describe.each(SETUPS)('refunds on the $store store (fast path: $fastPath)', (set
       descriptors: [refund(3, 'tokens', 't')],
     });
     expect(codes(unknown)).toEqual(['OK', 'OK']);
+  });
+
+  it('keeps no usage of a charge that does not fit a rule without overdraw', async () => {
+    await start();
+    expect(left(await check([charge(90, 'budget', 'b')]))).toEqual([10]);
+    const refused = await check([charge(50, 'budget', 'b')]);
+    expect({ code: refused.overall_code, left: left(refused) }).toEqual({
+      code: 'OVER_LIMIT',
+      left: [10],
+    });
+    expect(codes(await check([charge(0, 'budget', 'b')]))).toEqual(['OK', 'OK']);
+  });
+
+  it.each(['usage', 'usage_sliding'])(
+    '%s: records an overdraw in full past the limit, peeks say so, and refunds give back only what was counted',
+    async (key) => {
+      await start();
+      expect(left(await check([charge(90, key, 'u')]))).toEqual([10]);
+      const over = await check([charge(50, key, 'u')]);
+      expect({ code: over.overall_code, left: left(over) }).toEqual({
+        code: 'OVER_LIMIT',
+        left: [0],
+      });
+      // 140 of 100.
+      expect(codes(await check([charge(0, key, 'u')]))).toEqual(['OVER_LIMIT', 'OVER_LIMIT']);
+      expect(left(await check([refund(30, key, 'u')]))).toEqual([0]);
+      expect(codes(await check([charge(0, key, 'u')]))).toEqual(['OVER_LIMIT', 'OVER_LIMIT']);
+      expect(left(await check([refund(20, key, 'u')]))).toEqual([10]);
+      expect(codes(await check([charge(10, key, 'u')]))).toEqual(['OK', 'OK']);
+    },
+  );
+
+  it('sends a token bucket into debt by an overdraw, at most one burst deep', async () => {
+    const clock = (await start()).clock;
+    expect(left(await check([charge(80, 'usage_bucket', 'u')]))).toEqual([20]);
+    // 20 - 50: 30 tokens owed; a peek is denied until 31 tokens have refilled (100 an hour).
+    const over = await check([charge(50, 'usage_bucket', 'u')]);
+    expect(over.overall_code).toBe('OVER_LIMIT');
+    const peek = await check([charge(0, 'usage_bucket', 'u')]);
+    expect({ code: peek.overall_code, left: left(peek) }).toEqual({
+      code: 'OVER_LIMIT',
+      left: [0],
+    });
+    expect(resetOf(peek)).toBe(31 * 36_000);
+    expect(left(await check([refund(40, 'usage_bucket', 'u')]))).toEqual([10]);
+    // 10 - 1,000 owes one burst at most: full again after two bursts' refill, 2 hours.
+    await check([charge(1_000, 'usage_bucket', 'u')]);
+    clock.advance(2 * 3_600_000 - 36_000);
+    expect(left(await check([charge(0, 'usage_bucket', 'u')]))).toEqual([99]);
+    clock.advance(36_000);
+    expect(left(await check([charge(0, 'usage_bucket', 'u')]))).toEqual([100]);
   });
 
   it('takes a refunded counter out of the over-limit cache', async () => {

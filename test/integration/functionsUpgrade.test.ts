@@ -26,7 +26,11 @@ afterAll(async () => {
 // and Redis expires keys by its own (see storeEquivalence.test.ts).
 const SKEW_MS = 600_000;
 
-const counter = counterSpec([1_000, 7_000, 60_000, 3_600_000], fc.integer({ min: 0, max: 12 }));
+// Without overdraw, whose charges past the limit the previous release saturated and this one
+// records in full: its counters still continue, but the two releases' own decisions differ.
+const counter = counterSpec([1_000, 7_000, 60_000, 3_600_000], fc.integer({ min: 0, max: 12 }), {
+  overdraw: false,
+});
 const step = fc.record({
   advanceMs: fc.oneof(fc.integer({ min: 0, max: 50 }), fc.integer({ min: 0, max: 30_000 })),
   counters: fc.uniqueArray(fc.integer({ min: 0, max: 3 }), { minLength: 1, maxLength: 3 }),
