@@ -7,8 +7,10 @@ Decide mode
 KEYS[i]  the counter keys, one per distinct counter, all hash-tagged by tenant
 ARGV[1]  now in ms, or '' to read Redis TIME (CLOCK=redis)
 ARGV[2]  with a given now: the clock skew tolerated, in ms (CLOCK_SKEW_TOLERANCE)
-ARGV[3 + 6(i-1) ..]  per key i: algorithm (1 fixed_window, 2 sliding_window, 3 token_bucket),
-         window ms W, limit L, burst B, cost (0 = check only: fits when one unit fits), and flags:
+ARGV[3 + 6(i-1) ..]  per key i: algorithm (1 fixed_window, 2 sliding_window, 3 token_bucket,
+         4 a calendar window), window ms W (for a calendar window its four boundaries,
+         "b0,b1,b2,b3"), limit L, burst B, cost (0 = check only: fits when one unit fits), and
+         flags:
            1 shadow    outside the gate: consumed when it fits, never blocks the others
            2 quota     blocks only when every quota counter of the request is over
            4 overdraw  consumed even when over, recorded in full (see each algorithm)
@@ -91,12 +93,17 @@ written to it, and the lagging instance decides at that time instead.
 A refund keeps the key's TTL: less consumed never needs longer.
 --]]
 
+-- A counter's window argument: ms, or a calendar window's four boundaries (calendar_window.lua).
+local function window_arg(raw)
+  return tonumber(raw) or raw
+end
+
 local function refund()
   local at, refunded = tonumber(ARGV[2]), {}
   for i = 1, #KEYS do
     local a = 3 + 6 * (i - 1)
     local algorithm = ALGORITHMS[tonumber(ARGV[a])]
-    refunded[i] = algorithm.refund(KEYS[i], at, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]),
+    refunded[i] = algorithm.refund(KEYS[i], at, window_arg(ARGV[a + 1]), tonumber(ARGV[a + 2]),
       tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])) and 1 or 0
   end
   return refunded
@@ -165,7 +172,7 @@ local function give_back_all(k, a, n, now, states, verdicts, slack)
     local flags = tonumber(ARGV[b + 5])
     if has(flags, GIVE_BACK) and not has(flags, REFERENCE) then
       local algorithm = ALGORITHMS[tonumber(ARGV[b])]
-      local key, window = KEYS[k + i], tonumber(ARGV[b + 1])
+      local key, window = KEYS[k + i], window_arg(ARGV[b + 1])
       -- Every key was read already, so the load cannot fail here.
       local state = algorithm.load(key, now, window)
       local cost = tonumber(ARGV[b + 4])
@@ -182,7 +189,7 @@ local function give_back_all(k, a, n, now, states, verdicts, slack)
     local flags = tonumber(ARGV[b + 5])
     if not has(flags, GIVE_BACK) or has(flags, REFERENCE) then
       local algorithm = ALGORITHMS[tonumber(ARGV[b])]
-      local state = algorithm.load(KEYS[k + i], now, tonumber(ARGV[b + 1]))
+      local state = algorithm.load(KEYS[k + i], now, window_arg(ARGV[b + 1]))
       if has(flags, RENEW) then state.expiring = false end
       states[i] = state
       if not has(flags, REFERENCE) then
@@ -202,7 +209,7 @@ local function decide(k, a, n, now, slack)
   for i = 1, n do
     local b = a + 6 * (i - 1)
     local algorithm = ALGORITHMS[tonumber(ARGV[b])]
-    local window, limit, burst = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+    local window, limit, burst = window_arg(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
     local cost, flags = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
     local state, err = algorithm.load(KEYS[k + i], now, window)
     -- Nothing of the request is written yet: it fails alone, untouched.

@@ -124,6 +124,19 @@ function newCounter(
   shadow: boolean,
   quota: boolean,
 ): CounterCheck {
+  if (limit.calendar !== undefined) {
+    return { ...plainCounter(key, limit, cost, shadow, quota), calendar: limit.calendar };
+  }
+  return plainCounter(key, limit, cost, shadow, quota);
+}
+
+function plainCounter(
+  key: string,
+  limit: Limit,
+  cost: number,
+  shadow: boolean,
+  quota: boolean,
+): CounterCheck {
   return {
     key,
     algorithm: limit.algorithm,

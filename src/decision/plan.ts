@@ -2,6 +2,7 @@ import type { Check, Descriptor, DescriptorStatus } from '../core/check.js';
 import { counterEntries, counterKey } from '../store/keys.js';
 import { costOf, overrideLimit } from './limits.js';
 import { matchRule } from '../rules/match.js';
+import { calendarWindowId } from '../rules/calendar.js';
 import type { Algorithm, Limit, RuleNode, RuleSet } from '../rules/types.js';
 import type { CounterCheck } from '../store/Store.js';
 import type { CountingPolicy } from './counting.js';
@@ -103,7 +104,7 @@ export function planCheck(check: Check, ruleSet: RuleSet, policy: PlanPolicy): P
       entries,
       domain.tenantKey,
       limit.algorithm,
-      limit.windowMs,
+      limit.calendar ? calendarWindowId(limit.calendar) : limit.windowMs,
     );
     const slot = giveBack
       ? counting.addGiveBack(counters, key, limit, cost)

@@ -239,5 +239,7 @@ export function listeningReport(
     statsd: settings.statsd
       ? `${settings.statsd.protocol}://${settings.statsd.host}:${settings.statsd.port}`
       : 'off (USE_STATSD=true to send it; the reference sends it by default)',
+    // Calendar windows follow this tz database: Node lines ship different ones.
+    tz: process.versions.tz ?? 'unknown',
   };
 }

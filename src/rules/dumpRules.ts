@@ -22,8 +22,9 @@ function describeRule(node: RuleNode): string {
   if (limit === undefined) {
     fields.push('unlimited');
   } else {
-    const window =
-      limit.unit === undefined
+    const window = limit.calendar
+      ? `calendar=${limit.calendar.period} time_zone=${limit.calendar.zone}`
+      : limit.unit === undefined
         ? `window=${formatDuration(limit.windowMs)}`
         : `unit=${limit.unit.toUpperCase()}`;
     fields.push(`${window} requests_per_unit=${limit.requestsPerUnit}`);

@@ -45,8 +45,11 @@ export const whereIs = (node: RuleNode): string => `${node.file} ${node.path}`;
 
 /** A limit in the rules file's words: `requests_per_unit=10 unit=minute algorithm=...`. */
 export function describeLimit(limit: Limit): string {
-  const span =
-    limit.unit !== undefined ? `unit=${limit.unit}` : `window=${formatDuration(limit.windowMs)}`;
+  const span = limit.calendar
+    ? `calendar=${limit.calendar.period} time_zone=${limit.calendar.zone}`
+    : limit.unit !== undefined
+      ? `unit=${limit.unit}`
+      : `window=${formatDuration(limit.windowMs)}`;
   let text = `requests_per_unit=${limit.requestsPerUnit} ${span} algorithm=${limit.algorithm}`;
   if (limit.algorithm === 'token_bucket') text += ` burst=${limit.burst}`;
   if (limit.name !== '') text += ` name=${JSON.stringify(limit.name)}`;

@@ -25,6 +25,7 @@ import {
 } from './readNodes.js';
 import { emptyLevel, placeRule } from './level.js';
 import { checkTokenBucketExact } from './tokenBucket.js';
+import { CALENDAR_PERIODS, unknownZone, type Calendar } from './calendar.js';
 import {
   ALGORITHMS,
   MAX_WINDOW_SECONDS,
@@ -66,6 +67,8 @@ const RATE_LIMIT_KEYS = [
   'name',
   'replaces',
   'overdraw',
+  'calendar',
+  'time_zone',
   ...SHARED_KEYS,
 ];
 /** What may stand beside `unlimited: true`: a name, and the limits it replaces. */
@@ -129,9 +132,28 @@ function parseLimit(ctx: Context, f: Fields, path: string): RateLimitBlock {
   if (f.has('unit') && f.has('window')) {
     fail(ctx, at('window'), 'give either unit or window, not both');
   }
+  if (f.has('calendar') && (f.has('unit') || f.has('window'))) {
+    fail(
+      ctx,
+      at('calendar'),
+      `give either calendar or ${f.has('unit') ? 'unit' : 'window'}, not both`,
+    );
+  }
+  if (f.has('time_zone') && !f.has('calendar')) {
+    fail(ctx, at('time_zone'), 'is valid only with calendar');
+  }
   let unit: Unit | undefined;
   let ms: number;
-  if (f.has('unit')) {
+  let calendar: Calendar | undefined;
+  if (f.has('calendar')) {
+    const period = oneOf(ctx, f.get('calendar'), at('calendar'), CALENDAR_PERIODS);
+    const zone = f.has('time_zone') ? nonEmpty(ctx, f.get('time_zone'), at('time_zone')) : 'UTC';
+    const unknown = unknownZone(zone);
+    if (unknown !== undefined) fail(ctx, at('time_zone'), unknown);
+    calendar = { period, zone };
+    unit = period;
+    ms = UNIT_SECONDS[period] * 1000;
+  } else if (f.has('unit')) {
     unit = oneOf(ctx, f.get('unit'), at('unit'), UNITS);
     ms = UNIT_SECONDS[unit] * 1000;
   } else if (f.has('window')) {
@@ -140,9 +162,15 @@ function parseLimit(ctx: Context, f: Fields, path: string): RateLimitBlock {
   } else {
     fail(ctx, path, 'needs a unit or a window');
   }
+  // A calendar window is a fixed window, whatever DEFAULT_ALGORITHM says.
   const algorithm = f.has('algorithm')
     ? oneOf(ctx, f.get('algorithm'), at('algorithm'), ALGORITHMS)
-    : ctx.options.defaultAlgorithm;
+    : calendar
+      ? 'fixed_window'
+      : ctx.options.defaultAlgorithm;
+  if (calendar && algorithm !== 'fixed_window') {
+    fail(ctx, at('algorithm'), `a calendar window is a fixed_window, not ${algorithm}`);
+  }
   let burst = requestsPerUnit;
   if (f.has('burst')) {
     if (algorithm !== 'token_bucket') {
@@ -157,7 +185,16 @@ function parseLimit(ctx: Context, f: Fields, path: string): RateLimitBlock {
   }
   const overdraw = f.has('overdraw') && bool(ctx, f.get('overdraw'), at('overdraw'));
   return {
-    limit: { requestsPerUnit, unit, windowMs: ms, algorithm, burst, name, overdraw },
+    limit: {
+      requestsPerUnit,
+      unit,
+      windowMs: ms,
+      algorithm,
+      burst,
+      name,
+      overdraw,
+      ...(calendar ? { calendar } : {}),
+    },
     replaces,
   };
 }

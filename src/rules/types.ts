@@ -3,6 +3,7 @@
  * Plain data, immutable once built, so a reload can swap a whole `RuleSet` atomically.
  */
 import type { JsonValue } from '../core/check.js';
+import type { Calendar } from './calendar.js';
 
 export type { JsonValue };
 
@@ -23,8 +24,11 @@ export const UNIT_SECONDS: Readonly<Record<Unit, number>> = {
   year: 31_536_000,
 };
 
-/** The longest window a rule may have; it keeps the scripts' integer arithmetic exact. */
-export const MAX_WINDOW_SECONDS = UNIT_SECONDS.year;
+/**
+ * The longest window a rule may have: a leap year, as a calendar year may be. It keeps the
+ * scripts' integer arithmetic exact.
+ */
+export const MAX_WINDOW_SECONDS = 366 * UNIT_SECONDS.day;
 
 /** A limit, resolved: every default applied, every derived number computed at load time. */
 export interface Limit {
@@ -38,10 +42,15 @@ export interface Limit {
   /** The rule's `name`, or "" when it has none. */
   name: string;
   /**
-   * tollgate's `overdraw`: consume even when over, saturating the counter at the limit, for costs
+   * tollgate's `overdraw`: consume even when over, recorded in full past the limit, for costs
    * reported after the fact.
    */
   overdraw: boolean;
+  /**
+   * tollgate's `calendar` and `time_zone`: a fixed window on the calendar of a zone (see
+   * calendar.ts). `windowMs` is then the period's nominal length, for what reports a window.
+   */
+  calendar?: Calendar;
 }
 
 /** One `descriptors` item of the rules file. */

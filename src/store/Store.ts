@@ -1,4 +1,5 @@
 import type { Algorithm } from '../rules/types.js';
+import type { Calendar } from '../rules/calendar.js';
 
 /**
  * The seam between the limiter and where counters live.
@@ -79,6 +80,14 @@ export interface CounterCheck {
   reference?: ReferenceCounting;
   /** Set the TTL on this write even if the window's first write did (the health probe). */
   renew?: boolean;
+  /** A calendar window (fixed windows only): its period and zone, from the rule. */
+  calendar?: Calendar;
+  /**
+   * With `calendar`: four boundaries in ms, the starts of the periods before, at, after and two
+   * after the service's clock; computed from the decision's now (or this process's clock) when
+   * absent. The store decides in the one that holds its own now.
+   */
+  bounds?: readonly number[];
 }
 
 /**

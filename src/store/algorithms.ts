@@ -231,6 +231,33 @@ const tokenBucket: AlgorithmImpl = {
   },
 };
 
+/**
+ * lua/calendar_window.lua: a fixed window between two of four boundaries (see calendar.ts),
+ * the ones around now; the window's start stands for its index.
+ */
+export function loadCalendarWindow(
+  stored: CounterState | undefined,
+  now: number,
+  bounds: readonly number[],
+): Loaded {
+  if (stored?.t !== undefined && stored.t > now) now = stored.t;
+  const [start, end] = calendarWindowAt(bounds, now);
+  const c = stored?.w === start ? (stored.c ?? 0) : 0;
+  const window = end - start;
+  const e = Math.min(Math.max(now - start, 0), window - 1);
+  return { ...EMPTY, now, window, index: start, e, c };
+}
+
+/**
+ * The window of four boundaries that holds `at`: the first or the last when `at` lies outside
+ * them all (a clock more than a period away from the service's), so that a reset is never 0.
+ */
+export function calendarWindowAt(bounds: readonly number[], at: number): [number, number] {
+  let i = 0;
+  while (i < 2 && at >= (bounds[i + 1] as number)) i++;
+  return [bounds[i] as number, bounds[i + 1] as number];
+}
+
 export const ALGORITHM_IMPLS: Readonly<Record<Algorithm, AlgorithmImpl>> = {
   fixed_window: fixedWindow,
   sliding_window: slidingWindow,

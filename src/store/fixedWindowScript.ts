@@ -42,7 +42,7 @@ function ownCounting(check: CounterCheck): FixedWindowCounting | undefined {
   if (check.algorithm !== 'fixed_window' || check.shadow || check.quota || check.overdraw) {
     return undefined;
   }
-  if (check.renew === true || check.giveBack === true) return undefined;
+  if (check.renew === true || check.giveBack === true || check.calendar) return undefined;
   const reference = check.reference;
   if (reference === undefined) return 'plain';
   return reference.stop || reference.cached ? undefined : 'reference';

@@ -7,6 +7,9 @@ import type { Algorithm, RuleNode } from '../rules/types.js';
  *
  *   PREFIX tg:{DOMAIN TENANT_KEY TENANT_VALUE}TENANT_POSITION|ROUTE_KEY ROUTE_VALUE ...|ALGORITHM:WINDOW_MS
  *
+ * A calendar window's WINDOW_MS is its `PERIOD@ZONE` instead (`month@Europe/Paris`), the zone as
+ * the rules wrote it, so that a runtime whose tz database renames zones keeps the counters.
+ *
  * Every part is length-prefixed (`<utf-8 bytes>:<text>`) and the tenant's position among the
  * entries is kept, so two different descriptors never share a key whatever bytes they hold. The
  * braces are a Redis Cluster hash tag: every counter of one tenant lives on one slot, so a request
@@ -64,7 +67,8 @@ export function counterKey(
   entries: readonly Entry[],
   tenantKey: string | undefined,
   algorithm: Algorithm,
-  windowMs: number,
+  /** The window in ms, or a calendar window's `period@zone`. */
+  windowMs: number | string,
 ): string {
   const tenant = tenantIndex(entries, tenantKey);
   let tag = part(domain);

@@ -19,6 +19,7 @@ const ENTRIES: Readonly<Record<ScriptName, { files: readonly string[]; entry: st
       'fixed_window.lua',
       'sliding_window.lua',
       'token_bucket.lua',
+      'calendar_window.lua',
       'dispatch.lua',
     ],
     entry: 'decision',

@@ -1,5 +1,11 @@
 import type { CounterCheck, CounterResult, Store, StoreDecision } from './Store.js';
-import { ALGORITHM_IMPLS, type CounterState, type Loaded } from './algorithms.js';
+import {
+  ALGORITHM_IMPLS,
+  loadCalendarWindow,
+  type CounterState,
+  type Loaded,
+} from './algorithms.js';
+import { boundsAround } from '../rules/calendar.js';
 
 /**
  * A store for one process, with the same decisions as Redis: the algorithms mirror `lua/`.
@@ -85,7 +91,7 @@ function decideInMemory(
     : undefined;
   for (const check of checks) {
     const algorithm = ALGORITHM_IMPLS[check.algorithm];
-    const state = algorithm.load(read(counters, check.key, now), now, check.windowMs);
+    const state = load(counters, check, now);
     states.push(state);
     verdicts.push(
       check.reference
@@ -119,7 +125,7 @@ function giveBackAll(
     // A reference counter gives back in its place among the reference's counts.
     if (!check.giveBack || check.reference) return undefined;
     const algorithm = ALGORITHM_IMPLS[check.algorithm];
-    const state = algorithm.load(read(counters, check.key, now), now, check.windowMs);
+    const state = load(counters, check, now);
     const settled = algorithm.giveBack(state, check.limit, check.burst, check.cost);
     if (settled.write) {
       counters.set(check.key, { state: settled.write, expiresAt: state.now + (settled.ttl ?? 0) });
@@ -172,6 +178,15 @@ function isAllowed(
     }
   }
   return enforced && (quotas === 0 || quotaFits);
+}
+
+/** A counter's state as its algorithm loads it at `now`: a calendar window's between its bounds. */
+function load(counters: Counters, check: CounterCheck, now: number): Loaded {
+  const stored = read(counters, check.key, now);
+  if (check.calendar) {
+    return loadCalendarWindow(stored, now, check.bounds ?? boundsAround(check.calendar, now));
+  }
+  return ALGORITHM_IMPLS[check.algorithm].load(stored, now, check.windowMs);
 }
 
 /** A live counter's state, or undefined when there is none; an expired one is dropped. */

@@ -16,6 +16,7 @@ import {
   type FixedWindowCounting,
 } from './fixedWindowScript.js';
 import { decisionCode, scriptSha, type ScriptName } from './library.js';
+import { boundsAround } from '../rules/calendar.js';
 
 export type { BatchedDecide, DecideTime, ScriptArgs };
 
@@ -50,6 +51,8 @@ export function probeArgs(key: string, nowMs: number | undefined): ScriptArgs {
 }
 
 export const ALGORITHM_CODES = { fixed_window: 1, sliding_window: 2, token_bucket: 3 } as const;
+/** lua/calendar_window.lua: a fixed window whose window argument is its four boundaries. */
+const CALENDAR_WINDOW = 4;
 
 /** The flags of lua/dispatch.lua. */
 const SHADOW = 1;
@@ -87,16 +90,24 @@ export function decideArgs(
   const args: ScriptArgs = [checks.length];
   for (const check of checks) args.push(check.key);
   args.push(time.nowMs === undefined ? '' : time.nowMs, time.skewToleranceMs);
-  pushCounters(args, checks, part);
+  pushCounters(args, checks, part, time.nowMs);
   return args;
 }
 
 /** The 6 arguments of each counter, as dispatch.lua reads them. */
-function pushCounters(args: ScriptArgs, checks: readonly CounterCheck[], part: boolean): void {
+function pushCounters(
+  args: ScriptArgs,
+  checks: readonly CounterCheck[],
+  part: boolean,
+  nowMs: number | undefined,
+): void {
   for (const check of checks) {
+    const bounds =
+      check.bounds ??
+      (check.calendar ? boundsAround(check.calendar, nowMs ?? Date.now()) : undefined);
     args.push(
-      ALGORITHM_CODES[check.algorithm],
-      check.windowMs,
+      bounds ? CALENDAR_WINDOW : ALGORITHM_CODES[check.algorithm],
+      bounds ? bounds.join(',') : check.windowMs,
       check.limit,
       check.burst,
       check.cost,
@@ -204,7 +215,7 @@ export function batchArgs(requests: readonly BatchedDecide[], skewToleranceMs: n
   args.push('batch', skewToleranceMs);
   for (const request of requests) {
     args.push(request.nowMs === undefined ? '' : request.nowMs, request.checks.length);
-    pushCounters(args, request.checks, false);
+    pushCounters(args, request.checks, false, request.nowMs);
   }
   return args;
 }
@@ -264,7 +275,7 @@ export function refundArgs(checks: readonly CounterCheck[], atMs: number): Scrip
   const args: ScriptArgs = [checks.length];
   for (const check of checks) args.push(check.key);
   args.push('refund', atMs);
-  pushCounters(args, checks, false);
+  pushCounters(args, checks, false, atMs);
   return args;
 }
 

@@ -23,6 +23,12 @@ const INVALID: Record<string, string> = {
   'burst-without-token-bucket':
     'descriptors[0].rate_limit.burst: is valid only with algorithm token_bucket, not fixed_window',
   'burst-zero': 'descriptors[0].rate_limit.burst: must be between 1 and 4294967295, got 0',
+  'calendar-and-unit': 'descriptors[0].rate_limit.calendar: give either calendar or unit, not both',
+  'calendar-bad-period':
+    "descriptors[0].rate_limit.calendar: 'quarter' is not one of day, week, month, year",
+  'calendar-sliding':
+    'descriptors[0].rate_limit.algorithm: a calendar window is a fixed_window, not sliding_window',
+  'calendar-unknown-zone': `descriptors[0].rate_limit.time_zone: 'Mars/Olympus_Mons' is not a time zone this runtime knows (its tz database is ${process.versions.tz})`,
   'comments-only': 'empty file: expected a map with domain and descriptors',
   'descriptor-not-a-map': "descriptors[0]: must be a map, got 'tenant'",
   'descriptors-not-a-list': 'descriptors: must be a list, got a map',
@@ -86,6 +92,7 @@ const INVALID: Record<string, string> = {
     "descriptors[0].share_threshold: needs a wildcard value (one with '*')",
   'string-rpu':
     "descriptors[0].rate_limit.requests_per_unit: must be an integer, got '100' (quoted, so a string)",
+  'time-zone-without-calendar': 'descriptors[0].rate_limit.time_zone: is valid only with calendar',
   'token-bucket-too-fine':
     'descriptors[0].rate_limit.burst: token bucket too fine for exact integer arithmetic: ' +
     'burst 300000 × 31536000000 (window 31536000000ms / gcd with requests_per_unit) exceeds 2^52; ' +
@@ -97,7 +104,7 @@ const INVALID: Record<string, string> = {
   'unknown-rate-limit-key':
     "descriptors[0].rate_limit.requests_per_second: unknown key 'requests_per_second' " +
     '(expected one of requests_per_unit, unit, window, algorithm, burst, unlimited, name, replaces, ' +
-    'overdraw, shadow_mode, quota_mode, metadata)',
+    'overdraw, calendar, time_zone, shadow_mode, quota_mode, metadata)',
   'unknown-top-key':
     "descriptor: unknown key 'descriptor' (expected one of domain, tenant_key, descriptors)",
   'unlimited-not-bool': "descriptors[0].rate_limit.unlimited: must be true or false, got 'maybe'",
@@ -111,7 +118,7 @@ const INVALID: Record<string, string> = {
   'window-not-a-string':
     "descriptors[0].rate_limit.window: invalid duration '30': missing unit after '30'",
   'window-too-long':
-    "descriptors[0].rate_limit.window: '8761h' is longer than the longest window, 8760h",
+    "descriptors[0].rate_limit.window: '8785h' is longer than the longest window, 8784h",
   'window-zero': "descriptors[0].rate_limit.window: '0s' must be longer than 0s",
   'yaml-syntax-error':
     'invalid YAML at line 5, column 1: Flow map in block collection must be sufficiently indented and end with a }',
