@@ -151,7 +151,7 @@ local function count_as_reference(k, a, n, states, slack)
         local add = cost
         if has(flags, STOP) and (has(flags, HELD) or (near_any and not near[i])) then add = 0 end
         if add > 0 then
-          s.c = s.c + add
+          s.c = math.min(s.c + add, MAX_FIXED_COUNT)
           must('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c))
           expire_once(key, s, s.window - s.e + slack)
         end

@@ -14,9 +14,10 @@ src/store/library.ts):
 Either way, nothing below keeps state between calls: `decision` sets KEYS, ARGV and every per-call
 variable before it reads them. Each algorithm file registers itself in ALGORITHMS under its code.
 
-Redis Lua numbers are doubles: integers are exact below 2^53. Counts and limits stay below
-2^33 and windows below 2^36 ms, but their products do not, so the sliding window compares and
-divides such products with the exact helpers below.
+Redis Lua numbers are doubles: integers are exact below 2^53. Limits stay below 2^32, costs below
+2^53, a fixed window's count below 2^52, a sliding window's below 2^33 and windows below 2^36 ms;
+their products do not stay below 2^53, so the sliding window compares and divides such products
+with the exact helpers below.
 --]]
 
 -- The call's keys and arguments, set by the entry point (dispatch.lua) on each call: a function

@@ -59,7 +59,8 @@ export function answerPlan(
       // A shadow rule always reports OK; a quota descriptor says whether its own quota is over.
       code: shadow || !over ? 'OK' : 'OVER_LIMIT',
       currentLimit: currentLimit(limit),
-      limitRemaining: counting.remaining(limit, counter, result),
+      // 4294967295 says "unlimited" on the wire: a limited rule reports one less at most.
+      limitRemaining: Math.min(counting.remaining(limit, counter, result), MAX_REMAINING),
     };
     if (result.resetMs !== NEVER) status.durationUntilResetMs = result.resetMs;
     statuses[index] = status;
@@ -133,6 +134,9 @@ function finish(
   }
   return decision;
 }
+
+/** The most a limited descriptor reports left: 2^32 - 1 means unlimited on the wire. */
+export const MAX_REMAINING = 4_294_967_294;
 
 /** A limit as the response reports it, made once per limit of the rules. */
 const reported = new WeakMap<Limit, CurrentLimit>();

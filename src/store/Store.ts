@@ -106,8 +106,13 @@ export interface ReferenceCounting {
   cached: boolean;
 }
 
-/** Larger than any limit or burst (both are uint32), and exact as a double. */
-export const COST_CAP = 2 ** 33;
+/**
+ * The largest cost a counter takes: exact as a double (2^53 - 1), and larger than any limit or
+ * burst (both are uint32), so that a cost past it could never fit either. Costs up to it are
+ * charged and given back exactly; an overdraw records counts up to 2^52 (2^33 - 1 in a sliding
+ * window), see lua/lib.lua.
+ */
+export const COST_CAP = Number.MAX_SAFE_INTEGER;
 
 export interface CounterResult {
   /** The counter fits its cost, whatever the others did. */

@@ -59,7 +59,7 @@ export interface Settled {
 
 const SPLIT = 2 ** 20;
 /** The most an overdraw records (lua/lib.lua): exact below 2^53, and below 2^33 where multiplied. */
-const MAX_FIXED_COUNT = 2 ** 52;
+export const MAX_FIXED_COUNT = 2 ** 52;
 const MAX_SLIDING_COUNT = 2 ** 33 - 1;
 
 export function productDifference(a: number, b: number, c: number, d: number): number {

@@ -1,6 +1,7 @@
 import type { CounterCheck, CounterResult, Store, StoreDecision } from './Store.js';
 import {
   ALGORITHM_IMPLS,
+  MAX_FIXED_COUNT,
   loadCalendarWindow,
   type CounterState,
   type Loaded,
@@ -242,7 +243,7 @@ function countAsReference(
     const held = counting.stop && (counting.held || (nearAny && !near[i]));
     const add = held ? 0 : check.cost;
     if (add > 0) {
-      state.c += add;
+      state.c = Math.min(state.c + add, MAX_FIXED_COUNT);
       const rest = state.window - state.e;
       counters.set(check.key, {
         state: { t: state.now, w: state.index, c: state.c },

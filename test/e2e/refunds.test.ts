@@ -34,6 +34,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 100, algorithm: token_bucket, burst: 100, overdraw: true}
   - key: budget
     rate_limit: {unit: hour, requests_per_unit: 100, algorithm: fixed_window}
+  - key: huge
+    rate_limit: {unit: hour, requests_per_unit: 4294967295, algorithm: fixed_window}
 `;
 
 type Descriptor = NonNullable<RateLimitRequestObject['descriptors']>[number];
@@ -234,6 +236,26 @@ describe.each(SETUPS)('refunds on the $store store (fast path: $fastPath)', (set
       expect(codes(await check([charge(10, key, 'u')]))).toEqual(['OK', 'OK']);
     },
   );
+
+  it('charges and gives back costs past 2^32 exactly', async () => {
+    await start();
+    const big = 2 ** 40 + 7;
+    expect(left(await check([charge(30, 'usage', 'big')]))).toEqual([70]);
+    expect(codes(await check([charge(big, 'usage', 'big')]))).toEqual(['OVER_LIMIT', 'OVER_LIMIT']);
+    // 2^40 + 37 counted: giving back all but 40 leaves 40 counted, 60 left.
+    expect(left(await check([refund(2 ** 40 - 3, 'usage', 'big')]))).toEqual([60]);
+    expect(left(await check([refund(2 ** 53 - 1, 'usage', 'big')]))).toEqual([100]);
+  });
+
+  it('reports 4294967294 left at most for a limit of 4294967295, never unlimited', async () => {
+    await start();
+    const response = await check([charge(0, 'huge', 'h')]);
+    expect(response.statuses?.[0]).toMatchObject({
+      code: 'OK',
+      limit_remaining: 4294967294,
+      current_limit: { requests_per_unit: 4294967295 },
+    });
+  });
 
   it('sends a token bucket into debt by an overdraw, at most one burst deep', async () => {
     const clock = (await start()).clock;

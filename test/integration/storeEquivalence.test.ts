@@ -26,14 +26,17 @@ const counter = counterSpec(
 const step = fc.record({
   advanceMs: fc.oneof(fc.integer({ min: 0, max: 50 }), fc.integer({ min: 0, max: 90_000 })),
   counters: fc.uniqueArray(fc.integer({ min: 0, max: 3 }), { minLength: 1, maxLength: 3 }),
-  cost: fc.oneof(fc.integer({ min: 0, max: 4 }), fc.constant(2 ** 33)),
+  cost: fc.oneof(
+    fc.integer({ min: 0, max: 4 }),
+    fc.constantFrom(2 ** 33, 2 ** 40 + 7, Number.MAX_SAFE_INTEGER),
+  ),
   /** A second descriptor on the first counter, as reference counting sends them: unmerged. */
   twice: fc.option(fc.integer({ min: 0, max: 3 }), { freq: 3 }),
   /** A refund (is_negative_hits) of one of the counters, first or last in the request. */
   giveBack: fc.option(
     fc.record({
       counter: fc.integer({ min: 0, max: 3 }),
-      cost: fc.integer({ min: 0, max: 6 }),
+      cost: fc.oneof(fc.integer({ min: 0, max: 6 }), fc.constant(2 ** 40)),
       first: fc.boolean(),
     }),
     { freq: 3 },
