@@ -44,9 +44,10 @@ pipelined INCRBYs do. Their verdicts gate the other counters like any counter's;
 refunded. Their reply's remaining is the count after the call, which the caller turns into the
 reference's remaining and statistics.
 
-Giving back: a give-back counter is settled before every other counter of the request, in
-order, so that the request's charges are judged on what it gave back, and two give-backs on one
-key add up. Each algorithm gives back what its current window holds (see its give_back): a
+Giving back: a give-back counter is settled after every other counter of the request, in
+order: the request's charges are judged on what the counters held before it, and a give-back
+gives back from what the charges left (a reply's charge and its refund, sent together, net out
+even on an empty counter). Two give-backs on one key add up. Each algorithm gives back what its current window holds (see its give_back): a
 counter that does not exist, or whose window has rolled over, has nothing to give and is not
 written. It always fits: it never denies the request, whatever the others decide. With
 reference, it is counted in its place among the reference counters instead, as the reference's
@@ -162,50 +163,36 @@ local function count_as_reference(k, a, n, states, slack)
   return verdicts, counts
 end
 
--- Gives back every give-back counter of the request, in order, each on its key as the earlier ones
--- left it; then loads the other counters again, so that they are judged on what was given back.
--- Returns each give-back's remaining and reset, by index.
-local function give_back_all(k, a, n, now, states, verdicts, slack)
-  local given = {}
+-- Gives back every give-back counter of the request, in order, once its charges are settled: each
+-- on its key as the charges and the earlier give-backs left it. Fills in each one's remaining and
+-- reset at its place in the reply (and its kept values, for a part call).
+local function give_back_all(k, a, n, now, reply, places, slack)
   for i = 1, n do
-    local b = a + 6 * (i - 1)
-    local flags = tonumber(ARGV[b + 5])
-    if has(flags, GIVE_BACK) and not has(flags, REFERENCE) then
+    local at = places[i]
+    if at then
+      local b = a + 6 * (i - 1)
       local algorithm = ALGORITHMS[tonumber(ARGV[b])]
-      local key, window = KEYS[k + i], window_arg(ARGV[b + 1])
+      local key = KEYS[k + i]
       -- Every key was read already, so the load cannot fail here.
-      local state = algorithm.load(key, now, window)
+      local state = algorithm.load(key, now, window_arg(ARGV[b + 1]))
       local cost = tonumber(ARGV[b + 4])
-      given[i] = { algorithm.give_back(key, state, tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]),
-        cost, slack) }
+      local remaining, reset = algorithm.give_back(key, state, tonumber(ARGV[b + 2]),
+        tonumber(ARGV[b + 3]), cost, slack)
       -- Told in this same step, so no process can hear of it late and remember a count from
       -- before it. A user that may not publish does not fail the refund: the service checks
       -- that it may, and otherwise answers nothing from its caches.
       if cost > 0 then redis.pcall('PUBLISH', GIVEN_BACK_CHANNEL, key) end
+      reply[at + 1], reply[at + 2] = remaining, reset
+      if has(tonumber(ARGV[b + 5]), PART) then reply[at + 3], reply[at + 4] = remaining, reset end
     end
   end
-  for i = 1, n do
-    local b = a + 6 * (i - 1)
-    local flags = tonumber(ARGV[b + 5])
-    if not has(flags, GIVE_BACK) or has(flags, REFERENCE) then
-      local algorithm = ALGORITHMS[tonumber(ARGV[b])]
-      local state = algorithm.load(KEYS[k + i], now, window_arg(ARGV[b + 1]))
-      if has(flags, RENEW) then state.expiring = false end
-      states[i] = state
-      if not has(flags, REFERENCE) then
-        verdicts[i] = algorithm.fits(state, tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]),
-          math.max(tonumber(ARGV[b + 4]), 1))
-      end
-    end
-  end
-  return given
 end
 
 -- Decides one request: its n counters are KEYS[k + 1 .. k + n], and their arguments start at
 -- ARGV[a], 6 per counter. Returns the reply described above.
 local function decide(k, a, n, now, slack)
   local states, verdicts, enforced, quotas, quota_fits = {}, {}, true, 0, false
-  local references, give_backs = false, false
+  local references = false
   for i = 1, n do
     local b = a + 6 * (i - 1)
     local algorithm = ALGORITHMS[tonumber(ARGV[b])]
@@ -218,14 +205,10 @@ local function decide(k, a, n, now, slack)
     states[i] = state
     if has(flags, REFERENCE) then
       references = true
-    elseif has(flags, GIVE_BACK) then
-      give_backs = true
-    else
+    elseif not has(flags, GIVE_BACK) then
       verdicts[i] = algorithm.fits(state, limit, burst, math.max(cost, 1))
     end
   end
-  local given
-  if give_backs then given = give_back_all(k, a, n, now, states, verdicts, slack) end
   local counts = {}
   if references then
     local reference_verdicts
@@ -247,7 +230,7 @@ local function decide(k, a, n, now, slack)
   end
   local allowed = enforced and (quotas == 0 or quota_fits)
 
-  local reply = { allowed and 1 or 0 }
+  local reply, places = { allowed and 1 or 0 }, nil
   for i = 1, n do
     local b = a + 6 * (i - 1)
     local algorithm = ALGORITHMS[tonumber(ARGV[b])]
@@ -255,8 +238,10 @@ local function decide(k, a, n, now, slack)
     local part = has(flags, PART)
     local remaining, reset, kept, kept_reset
     if has(flags, GIVE_BACK) and not has(flags, REFERENCE) then
-      fits, remaining, reset = true, given[i][1], given[i][2]
-      kept, kept_reset = remaining, reset
+      -- Filled in below, once every charge of the request is settled.
+      places = places or {}
+      places[i] = #reply + 1
+      fits, remaining, reset, kept, kept_reset = true, 0, 0, 0, 0
     elseif has(flags, REFERENCE) then
       -- Counted already, and never refunded: its count, and the rest of its window.
       local s = states[i]
@@ -286,6 +271,7 @@ local function decide(k, a, n, now, slack)
       reply[#reply + 1] = kept_reset
     end
   end
+  if places then give_back_all(k, a, n, now, reply, places, slack) end
   reply[#reply + 1] = now
   return reply
 end

@@ -1,5 +1,5 @@
 // `npm run validate:envoy [FILE.yaml...]`: checks Envoy bootstrap files (by default the samples
-// envoy/envoy.yaml, envoy-local.yaml and envoy-rlqs.yaml) against Envoy's own v3 API, with the Go
+// envoy/envoy.yaml, envoy-local.yaml, envoy-rlqs.yaml and envoy-token-budget.yaml) against Envoy's own v3 API, with the Go
 // validator in envoy/validate. Its output and exit code (0 valid, 1 invalid, 2 unreadable) pass
 // through. The binary is built once per version of its sources into .cache/envoy-validate/<hash>/;
 // `--print-binary` builds it and prints its path.
@@ -23,7 +23,7 @@ const buildValidator = () =>
   });
 
 // The bootstraps in envoy/; its other YAML files are tollgate's rules.
-const SAMPLES = ['envoy.yaml', 'envoy-local.yaml', 'envoy-rlqs.yaml'];
+const SAMPLES = ['envoy.yaml', 'envoy-local.yaml', 'envoy-rlqs.yaml', 'envoy-token-budget.yaml'];
 
 const args = process.argv.slice(2);
 const binary = buildValidator();

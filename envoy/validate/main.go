@@ -1,6 +1,7 @@
 // Command validate checks Envoy bootstrap files against Envoy's published v3 API: the protobuf
 // schema (unknown fields, wrong types, bad enum values, unknown @types) and the
-// protoc-gen-validate rules that Envoy enforces when it loads a config (required fields, ranges).
+// protoc-gen-validate rules that Envoy enforces when it loads a config (required fields, ranges),
+// and one rule of Envoy's behaviour: where a rate limit's hits_addend takes effect.
 //
 // Usage: validate FILE.yaml... It prints "OK: FILE" or every fault it finds, each named by its
 // path in the YAML; exits 0 when every file is valid, 1 when one is not, 2 on a usage or read error.
@@ -141,14 +142,33 @@ func check(data []byte) []string {
 	if err := bootstrap.ValidateAll(); err != nil {
 		flatten(err, "", report)
 	}
-	walk(bootstrap.ProtoReflect(), "", report)
+	walk(bootstrap.ProtoReflect(), "", false, report)
 	return faults
+}
+
+// Envoy honours a rate limit's hits_addend and apply_on_stream_done only where the HTTP filter
+// reads its rate limits from typed_per_filter_config (RateLimitPerRoute); elsewhere, a route's or a
+// virtual host's rate_limits, it takes the descriptor without them, and a budget charged there
+// would be charged one hit, on the request path. The API accepts both places alike.
+const (
+	perRouteType  = "envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute"
+	rateLimitType = "envoy.config.route.v3.RateLimit"
+)
+
+func checkRateLimit(m protoreflect.Message, path string, report func(path, reason string)) {
+	for _, field := range []protoreflect.Name{"hits_addend", "apply_on_stream_done"} {
+		fd := m.Descriptor().Fields().ByName(field)
+		if fd != nil && m.Has(fd) {
+			report(path+"."+string(field), "Envoy honours it only in typed_per_filter_config "+
+				"(RateLimitPerRoute.rate_limits), and ignores it here")
+		}
+	}
 }
 
 // walk finds every Any below m. The generated ValidateAll checks that an Any is there but never
 // looks inside it, so each typed_config (a filter's domain, a proxy's cluster) would go unchecked:
 // unpack it, validate it as a message of its own, and look for Anys inside it too.
-func walk(m protoreflect.Message, path string, report func(path, reason string)) {
+func walk(m protoreflect.Message, path string, perRoute bool, report func(path, reason string)) {
 	if a, ok := m.Interface().(*anypb.Any); ok {
 		inAny := func(path, reason string) { report(path, reason+" (in "+a.GetTypeUrl()+")") }
 		inner, err := a.UnmarshalNew()
@@ -162,21 +182,27 @@ func walk(m protoreflect.Message, path string, report func(path, reason string))
 			}
 		}
 		m = inner.ProtoReflect()
+		if m.Descriptor().FullName() == perRouteType {
+			perRoute = true
+		}
+	}
+	if m.Descriptor().FullName() == rateLimitType && !perRoute {
+		checkRateLimit(m, path, report)
 	}
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		name := strings.TrimPrefix(path+"."+string(fd.Name()), ".")
 		switch {
 		case fd.IsList() && fd.Message() != nil:
 			for i := 0; i < v.List().Len(); i++ {
-				walk(v.List().Get(i).Message(), fmt.Sprintf("%s[%d]", name, i), report)
+				walk(v.List().Get(i).Message(), fmt.Sprintf("%s[%d]", name, i), perRoute, report)
 			}
 		case fd.IsMap() && fd.MapValue().Message() != nil:
 			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-				walk(mv.Message(), fmt.Sprintf("%s[%s]", name, k.String()), report)
+				walk(mv.Message(), fmt.Sprintf("%s[%s]", name, k.String()), perRoute, report)
 				return true
 			})
 		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
-			walk(v.Message(), name, report)
+			walk(v.Message(), name, perRoute, report)
 		}
 		return true
 	})

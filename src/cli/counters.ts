@@ -3,6 +3,8 @@ import type { StoreError } from '../core/errors.js';
 import { counterEntries, counterKey } from '../store/keys.js';
 import { explainMatch, whereIs } from '../rules/explain.js';
 import { matchRule } from '../rules/match.js';
+import { calendarWindowId } from '../rules/calendar.js';
+import type { Limit } from '../rules/types.js';
 import { createRedisStore } from '../store/redisStore.js';
 import { NEVER, type CounterCheck } from '../store/Store.js';
 import {
@@ -88,7 +90,7 @@ export const counters: Command = {
       counterEntries(entries, node),
       rules.tenantKey,
       limit.algorithm,
-      limit.windowMs,
+      limit.calendar ? calendarWindowId(limit.calendar) : limit.windowMs,
     );
 
     // A request's bound is too tight for an operator's round trip from elsewhere.
@@ -118,20 +120,8 @@ export const counters: Command = {
         console.log(`remaining ${capacity} of ${capacity}`);
         return 1;
       }
-      // Cost 0 checks without consuming; the flags stay off, as for a plain enforced counter.
-      const probe: CounterCheck = {
-        key,
-        algorithm: limit.algorithm,
-        windowMs: limit.windowMs,
-        limit: limit.requestsPerUnit,
-        burst: limit.burst,
-        cost: 0,
-        shadow: false,
-        quota: false,
-        overdraw: false,
-      };
       const decision = await store.decide(
-        [probe],
+        [peekOf(key, limit)],
         settings.clock === 'local' ? Date.now() : undefined,
       );
       const result = decision.results[0];
@@ -144,3 +134,19 @@ export const counters: Command = {
     }
   },
 };
+
+/** Cost 0 checks without consuming; the flags stay off, as for a plain enforced counter. */
+function peekOf(key: string, limit: Limit): CounterCheck {
+  return {
+    key,
+    algorithm: limit.algorithm,
+    windowMs: limit.windowMs,
+    limit: limit.requestsPerUnit,
+    burst: limit.burst,
+    cost: 0,
+    shadow: false,
+    quota: false,
+    overdraw: false,
+    ...(limit.calendar ? { calendar: limit.calendar } : {}),
+  };
+}

@@ -10,7 +10,7 @@ import type { Calendar } from '../rules/calendar.js';
  *   counters, one of them fits. Then the enforced counters and the fitting quota counters are
  *   consumed; otherwise none is. Shadow counters are consumed when they fit, and overdraw
  *   counters always, recorded in full past their limit, whatever the others do. Give-back counters
- *   (`giveBack`) are settled first, in order, and the others are judged on what they gave back.
+ *   (`giveBack`) are settled last, in order, from what the request's charges left.
  * - It makes one round trip to its backend (one Redis script call on a single Redis).
  * - Time never runs backwards for a counter: a decision uses the later of `nowMs` (or the store's
  *   own clock) and the time last written to the counter.
@@ -28,7 +28,9 @@ import type { Calendar } from '../rules/calendar.js';
  *   refund after the window rolled over gives back less or nothing: it may under-admit, never
  *   over-admit.
  * - One round trip: the calls run at once. Only a denial adds the refund's.
- * - Its results are the ones a single Redis would give in the same sequence of decisions.
+ * - Its results are the ones a single Redis would give in the same sequence of decisions, but
+ *   one: in a denied request, a give-back on a counter that the request also charged reports
+ *   what is left (and its reset) with that charge still counted; it is given back a moment later.
  * - A slot that fails fails the whole request.
  */
 export interface Store {
@@ -71,7 +73,7 @@ export interface CounterCheck {
   /** Consumed even when over, recorded in full (a token bucket goes at most one burst into debt). */
   overdraw: boolean;
   /**
-   * is_negative_hits: outside the gate, and settled before the request's other counters, its
+   * is_negative_hits: outside the gate, and settled after the request's other counters, its
    * cost is given back instead of taken, never below an empty window or above a full bucket. It
    * always fits. A counter that does not exist is not created. Never merged with another.
    */

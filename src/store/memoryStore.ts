@@ -87,9 +87,6 @@ function decideInMemory(
 ): StoreDecision {
   const states: Loaded[] = [];
   const verdicts: (boolean | undefined)[] = [];
-  const given = checks.some((check) => check.giveBack)
-    ? giveBackAll(counters, checks, now)
-    : undefined;
   for (const check of checks) {
     const algorithm = ALGORITHM_IMPLS[check.algorithm];
     const state = load(counters, check, now);
@@ -104,34 +101,40 @@ function decideInMemory(
   const allowed = isAllowed(checks, verdicts);
   const results = checks.map((check, i) => {
     const state = states[i] as Loaded;
-    const back = given?.[i];
-    if (back !== undefined) return back;
+    // Given back below, once every charge is settled.
+    if (check.giveBack && !check.reference) return GIVEN_LATER;
     if (!check.reference) return settle(counters, check, state, verdicts[i], allowed);
     const count = counts?.get(i) as number;
     return { fits: verdicts[i] === true, remaining: count, resetMs: state.window - state.e };
   });
+  if (checks.some((check) => check.giveBack && !check.reference)) {
+    giveBackAll(counters, checks, now, results);
+  }
   return { allowed, results };
 }
 
+const GIVEN_LATER: CounterResult = { fits: true, remaining: 0, resetMs: 0 };
+
 /**
- * lua/dispatch.lua's give_back_all: gives back every give-back counter, in order, before the
- * others are loaded; returns their results by index.
+ * lua/dispatch.lua's give_back_all: gives back every give-back counter, in order, once the
+ * request's charges are settled, and puts its result in `results`.
  */
 function giveBackAll(
   counters: Counters,
   checks: readonly CounterCheck[],
   now: number,
-): (CounterResult | undefined)[] {
-  return checks.map((check) => {
+  results: CounterResult[],
+): void {
+  checks.forEach((check, i) => {
     // A reference counter gives back in its place among the reference's counts.
-    if (!check.giveBack || check.reference) return undefined;
+    if (!check.giveBack || check.reference) return;
     const algorithm = ALGORITHM_IMPLS[check.algorithm];
     const state = load(counters, check, now);
     const settled = algorithm.giveBack(state, check.limit, check.burst, check.cost);
     if (settled.write) {
       counters.set(check.key, { state: settled.write, expiresAt: state.now + (settled.ttl ?? 0) });
     }
-    return { fits: true, remaining: settled.remaining, resetMs: settled.reset };
+    results[i] = { fits: true, remaining: settled.remaining, resetMs: settled.reset };
   });
 }
 

@@ -10,7 +10,8 @@ import { counterKey } from '../../src/store/keys.js';
 import { freePort } from '../support/ports.js';
 import { refusal, spawnTollgate } from '../support/processes.js';
 import { startRedis, type TestRedis } from '../support/redis.js';
-import { d, startTollgate, writeRules, type Tollgate } from '../support/tollgate.js';
+import { d, manualClock, startTollgate, writeRules, type Tollgate } from '../support/tollgate.js';
+import { calendarBounds } from '../../src/rules/calendar.js';
 
 const RULES = `
 domain: api
@@ -405,6 +406,47 @@ describe('counters', () => {
     expect(await redis.client.exists(key)).toBe(0);
     const next = await tollgate.check({ domain: 'api', descriptors: [d('tenant', 'acme')] });
     expect(next.statuses?.[0]?.limit_remaining).toBe(4);
+  });
+
+  it("finds a calendar window's counter, keyed on its zone", async () => {
+    const monthly = writeRules(
+      'domain: budgets\ndescriptors:\n  - key: tenant\n    rate_limit: {calendar: month, time_zone: Asia/Tokyo, requests_per_unit: 100}\n',
+    );
+    // On this machine's clock, as the command reads Redis's: 10 ms before a month ends in Tokyo
+    // would straddle it, so start clear of the end.
+    const [, , monthEnd] = calendarBounds({ period: 'month', zone: 'Asia/Tokyo' }, Date.now());
+    if ((monthEnd as number) - Date.now() < 10_000) {
+      await new Promise((resolve) => setTimeout(resolve, (monthEnd as number) - Date.now() + 100));
+    }
+    const own = await startTollgate({
+      rules: readFileSync(monthly, 'utf8'),
+      redisUrl: redis.url,
+      clock: manualClock(Date.now()),
+    });
+    try {
+      await own.check({
+        domain: 'budgets',
+        descriptors: [{ ...d('tenant', 'acme'), hits_addend: { value: '30' } }],
+      });
+      const get = await cli(
+        [
+          'counters',
+          'get',
+          '--config',
+          monthly,
+          '--domain',
+          'budgets',
+          '--descriptor',
+          'tenant=acme',
+        ],
+        { REDIS_URL: redis.url },
+      );
+      expect(get).toMatchObject({ code: 0, stderr: '' });
+      expect(get.stdout).toMatch(/\|fw:month@Asia\/Tokyo"\n/);
+      expect(get.stdout).toContain('remaining 70 of 100\n');
+    } finally {
+      await own.stop();
+    }
   });
 
   it("finds the counter a share_threshold wildcard's values share", async () => {

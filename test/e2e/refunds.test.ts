@@ -149,13 +149,19 @@ describe.each(SETUPS)('refunds on the $store store (fast path: $fastPath)', (set
     ]);
   });
 
-  it('judges the charges of a request on what its refunds gave back', async () => {
+  it("settles a request's refunds after its charges, so a reply's charge and refund net out", async () => {
     await start();
-    await check([charge(10, 'tokens', 'same')]);
-    const response = await check([charge(3, 'tokens', 'same'), refund(3, 'tokens', 'same')]);
-    expect({ codes: codes(response), left: left(response) }).toEqual({
+    // From an empty counter: the charge lands first, so the refund has something to give back.
+    const reply = await check([charge(5, 'tokens', 'net'), refund(3, 'tokens', 'net')]);
+    expect({ codes: codes(reply), left: left(reply) }).toEqual({
       codes: ['OK', 'OK', 'OK'],
-      left: [0, 3],
+      left: [5, 8],
+    });
+    // A charge is judged on what the counter held before the request's refunds: 2 + 9 > 10.
+    const denied = await check([refund(2, 'tokens', 'net'), charge(9, 'tokens', 'net')]);
+    expect({ codes: codes(denied), left: left(denied) }).toEqual({
+      codes: ['OVER_LIMIT', 'OK', 'OVER_LIMIT'],
+      left: [10, 8],
     });
   });
 

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
+import { loadRules } from '../../src/rules/loadRules.js';
 
 // The Envoy samples (envoy/envoy.yaml, and envoy/envoy-rlqs.yaml for the rate_limit_quota filter)
 // are checked against Envoy's published v3 API by the Go validator in envoy/validate, through
@@ -66,7 +67,9 @@ describe("envoy/envoy.yaml against Envoy's API", () => {
   it('is valid, with the other samples that the validator checks by default', async () => {
     expect(await validate([])).toEqual({
       code: 0,
-      stdout: 'OK: envoy/envoy.yaml\nOK: envoy/envoy-local.yaml\nOK: envoy/envoy-rlqs.yaml\n',
+      stdout:
+        'OK: envoy/envoy.yaml\nOK: envoy/envoy-local.yaml\nOK: envoy/envoy-rlqs.yaml\n' +
+        'OK: envoy/envoy-token-budget.yaml\n',
       stderr: '',
     });
   });
@@ -233,6 +236,69 @@ describe("envoy/envoy-rlqs.yaml, the rate_limit_quota sample, against Envoy's AP
   it("accepts a bucket without a bucket_id_builder, as Envoy's API does", async () => {
     const yaml = broken(rlqsYaml, BUCKET, /bucket_id_builder:\n[\s\S]*?string_value: orders\n/, '');
     expect(await check('rlqs-no-builder', yaml)).toMatchObject({ code: 0 });
+  });
+});
+
+describe("envoy/envoy-token-budget.yaml, LLM token budgets, against Envoy's API", () => {
+  const budgetYaml = readFileSync('envoy/envoy-token-budget.yaml', 'utf8');
+  const ROUTE =
+    'static_resources.listeners[0].filter_chains[0].filters[0].typed_config.route_config.virtual_hosts[0].routes[0]';
+  const PER_ROUTE = 'RateLimitPerRoute';
+
+  it('is valid, and its rules load', async () => {
+    expect(await validate(['envoy/envoy-token-budget.yaml'])).toEqual({
+      code: 0,
+      stdout: 'OK: envoy/envoy-token-budget.yaml\n',
+      stderr: '',
+    });
+    const rules = loadRules('envoy/token-budget.yaml', { defaultAlgorithm: 'sliding_window' });
+    const tenant = rules.domains.get('llm')?.root.bare.get('tenant');
+    expect(tenant?.limit).toMatchObject({
+      requestsPerUnit: 1_000_000,
+      algorithm: 'fixed_window',
+      overdraw: true,
+      calendar: { period: 'day', zone: 'Europe/Paris' },
+    });
+  });
+
+  it.each([
+    {
+      fault: 'a misspelt is_negative_hits',
+      yaml: () => broken(budgetYaml, PER_ROUTE, 'is_negative_hits:', 'is_negative_hit:'),
+      message: `${ROUTE}.typed_per_filter_config.envoy.filters.http.ratelimit.rate_limits[2].hits_addend.is_negative_hit: unknown field "is_negative_hit"`,
+    },
+    {
+      fault: 'a fixed hits_addend over the 10^9 Envoy allows',
+      yaml: () => broken(budgetYaml, PER_ROUTE, 'number: 0', 'number: 1000000001'),
+      message: `${ROUTE}.typed_per_filter_config[envoy.filters.http.ratelimit].rate_limits[0].hits_addend.number: value must be less than or equal to 1000000000`,
+    },
+    {
+      // The API accepts it, and Envoy would charge one hit per request on the request path.
+      fault: "the stream-done charge in the route's own rate_limits",
+      yaml: () =>
+        broken(
+          budgetYaml,
+          'timeout: 300s',
+          'timeout: 300s',
+          [
+            'timeout: 300s',
+            '                            rate_limits:',
+            '                              - actions:',
+            '                                  - request_headers:',
+            '                                      header_name: x-tenant-id',
+            '                                      descriptor_key: tenant',
+            '                                hits_addend:',
+            "                                  format: '%DYNAMIC_METADATA(tollgate.budget:tokens_used)%'",
+            '                                apply_on_stream_done: true',
+          ].join('\n'),
+        ),
+      message: `${ROUTE}.route.rate_limits[0].hits_addend: Envoy honours it only in typed_per_filter_config (RateLimitPerRoute.rate_limits), and ignores it here`,
+    },
+  ])('rejects $fault, naming it', async ({ fault, yaml, message }) => {
+    const name = fault.replaceAll(/\W+/g, '-');
+    const { code, stdout } = await check(name, yaml());
+    expect(code).toBe(1);
+    expect(stdout).toContain(`${join(dir, name)}.yaml: ${message}`);
   });
 });
 
