@@ -181,6 +181,44 @@ describe('a request within one slot', () => {
   });
 });
 
+describe('refunds and overdraws on a cluster', () => {
+  it('leave the counts they leave on one Redis, through the service', async () => {
+    tollgate = await startOnCluster();
+    const tg = tollgate;
+    const spend = (hits: number, negative = false) =>
+      tg.check({
+        domain: 'api',
+        descriptors: [
+          {
+            ...d('fixed_window', 'refunds'),
+            hits_addend: { value: String(hits) },
+            ...(negative ? { is_negative_hits: true } : {}),
+          },
+        ],
+      });
+    const left = async (hits: number, negative = false) =>
+      (await spend(hits, negative)).statuses?.[0]?.limit_remaining;
+    expect(await left(900)).toBe(100);
+    expect(await left(300, true)).toBe(400);
+    expect(await left(0)).toBe(400);
+    expect(codes(await spend(500))).toEqual(['OVER_LIMIT', 'OVER_LIMIT']);
+    expect(await left(2_000, true)).toBe(1000);
+    // A refund in a request across slots stands, whatever the other slot decides.
+    const other = await addressAwayFrom(slotOf([['fixed_window', 'refunds']], 'fixed_window'), 9);
+    await tg.check({ domain: 'api', descriptors: [d('remote_address', other)] });
+    await tg.check({ domain: 'api', descriptors: [d('remote_address', other)] });
+    const across = await tg.check({
+      domain: 'api',
+      descriptors: [
+        { ...d('fixed_window', 'refunds'), hits_addend: { value: '5' }, is_negative_hits: true },
+        d('remote_address', other),
+      ],
+    });
+    expect(codes(across)).toEqual(['OVER_LIMIT', 'OK', 'OVER_LIMIT']);
+    expect(await left(0)).toBe(1000);
+  });
+});
+
 describe('a request across slots', () => {
   it('is one call per slot when every slot allows, and nothing is refunded', async () => {
     tollgate = await startOnCluster();

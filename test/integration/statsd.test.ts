@@ -122,6 +122,12 @@ describe.each([
     for (let i = 0; i < 3; i++)
       await tollgate.check({ domain: 'web', descriptors: [d('user', 'u')] });
     await tollgate.check({ domain: 'web', descriptors: [d('ip', '10.1.2.3')], hits_addend: 5 });
+    // A refund counts as total_negative_hits alone.
+    await tollgate.check({
+      domain: 'web',
+      descriptors: [{ ...d('ip', '10.1.2.3'), is_negative_hits: true }],
+      hits_addend: 2,
+    });
     await tollgate.check({ domain: 'nowhere', descriptors: [d('a', '1'), d('b', '2')] });
     await expect(tollgate.check({ domain: '', descriptors: [d('a', '1')] })).rejects.toThrow();
 
@@ -135,10 +141,11 @@ describe.each([
       [`${ip}.total_hits${TAGS}`, 5],
       [`${ip}.within_limit${TAGS}`, 5],
       [`${ip}.near_limit${TAGS}`, 5],
+      [`${ip}.total_negative_hits${TAGS}`, 2],
       [`ratelimit.service.rate_limit.nowhere.domain_not_found${TAGS}`, 2],
       [`ratelimit.service.call.should_rate_limit.service_error${TAGS}`, 1],
       [`ratelimit.service.config_load_success${TAGS}`, 1],
-      [`ratelimit_server.ShouldRateLimit.total_requests${TAGS}`, 6],
+      [`ratelimit_server.ShouldRateLimit.total_requests${TAGS}`, 7],
     ]);
     const l = listener;
     await eventually(async () => {
