@@ -242,7 +242,9 @@ local function decide(n, a, now, slack, reference, reply, p, paired)
     local at_reply = p + step * (i - 1) + 2
     if reference then
       if cost > 0 then
+        -- Exact below 2^53: a count stops at 2^52, as dispatch.lua's does.
         count = count + cost
+        if count > 4503599627370496 then count = 4503599627370496 end
         if st[b + 2] ~= index then st[b + 2], st[b + 5] = index, rest + slack end
         st[b + 1], st[b + 3], st[b + 4] = at, count, at == now and now_text or
           string.format('%d', at)

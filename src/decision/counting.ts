@@ -91,8 +91,14 @@ function addCounter(
   shadow: boolean,
   quota: boolean,
 ): number {
+  // A refund's counter is its own: a charge of the same key never joins it.
   let slot = 0;
-  while (slot < counters.length && (counters[slot] as CounterCheck).key !== key) slot++;
+  while (
+    slot < counters.length &&
+    ((counters[slot] as CounterCheck).key !== key || (counters[slot] as CounterCheck).giveBack)
+  ) {
+    slot++;
+  }
   const counter = counters[slot];
   if (counter === undefined) {
     counters.push(newCounter(key, limit, cost, shadow, quota));
