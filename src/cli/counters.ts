@@ -4,6 +4,7 @@ import { counterEntries, counterKey } from '../store/keys.js';
 import { explainMatch, whereIs } from '../rules/explain.js';
 import { matchRule } from '../rules/match.js';
 import { calendarWindowId } from '../rules/calendar.js';
+import { newCounter } from '../decision/counting.js';
 import type { Limit } from '../rules/types.js';
 import { createRedisStore } from '../store/redisStore.js';
 import { NEVER, type CounterCheck } from '../store/Store.js';
@@ -137,16 +138,5 @@ export const counters: Command = {
 
 /** Cost 0 checks without consuming; the flags stay off, as for a plain enforced counter. */
 function peekOf(key: string, limit: Limit): CounterCheck {
-  return {
-    key,
-    algorithm: limit.algorithm,
-    windowMs: limit.windowMs,
-    limit: limit.requestsPerUnit,
-    burst: limit.burst,
-    cost: 0,
-    shadow: false,
-    quota: false,
-    overdraw: false,
-    ...(limit.calendar ? { calendar: limit.calendar } : {}),
-  };
+  return { ...newCounter(key, limit, 0, false, false), overdraw: false };
 }

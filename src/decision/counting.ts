@@ -123,7 +123,8 @@ function giveBackCounter(key: string, limit: Limit, cost: number): CounterCheck 
   return counter;
 }
 
-function newCounter(
+/** A descriptor's counter, of the limit's algorithm, window (or calendar), limit and burst. */
+export function newCounter(
   key: string,
   limit: Limit,
   cost: number,

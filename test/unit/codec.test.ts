@@ -32,6 +32,22 @@ function rejection(request: object | Buffer): string {
   return decoded.ok ? '' : `${decoded.error.name}: ${decoded.error.message}`;
 }
 
+/** A request of domain 'api' and one descriptor, entry key 'k', written by hand; `more` adds fields to it. */
+function oneDescriptor(more: (writer: protobuf.Writer) => void): Buffer {
+  const writer = protobuf.Writer.create();
+  writer.uint32((1 << 3) | 2).string('api');
+  writer.uint32((2 << 3) | 2).fork();
+  writer
+    .uint32((1 << 3) | 2)
+    .fork()
+    .uint32((1 << 3) | 2)
+    .string('k')
+    .ldelim();
+  more(writer);
+  writer.ldelim();
+  return Buffer.from(writer.finish());
+}
+
 describe('decoding a request', () => {
   it('produces the check with entries, a limit override and costs', () => {
     const request = {
@@ -75,21 +91,13 @@ describe('decoding a request', () => {
     expect(check({ domain: 'api', descriptors: descriptors(1) }).hitsAddend).toBe(0);
 
     // An explicit 0 as encoders send it: a present wrapper with its value left out.
-    const writer = protobuf.Writer.create();
-    writer.uint32((1 << 3) | 2).string('api');
-    writer.uint32((2 << 3) | 2).fork();
-    writer
-      .uint32((1 << 3) | 2)
-      .fork()
-      .uint32((1 << 3) | 2)
-      .string('k')
-      .ldelim();
-    writer
-      .uint32((3 << 3) | 2)
-      .fork()
-      .ldelim();
-    writer.ldelim();
-    expect(check(Buffer.from(writer.finish())).descriptors[0]?.hitsAddend).toBe(0n);
+    const zero = oneDescriptor((w) =>
+      w
+        .uint32((3 << 3) | 2)
+        .fork()
+        .ldelim(),
+    );
+    expect(check(zero).descriptors[0]?.hitsAddend).toBe(0n);
   });
 
   it('reads is_negative_hits (field 4), true for any non-zero varint, and refuses it in another wire type', () => {
@@ -104,24 +112,10 @@ describe('decoding a request', () => {
     expect(result.descriptors.map((d) => d.isNegativeHits)).toEqual([true, undefined, undefined]);
     expect(result.descriptors[0]?.hitsAddend).toBe(5n);
 
-    const descriptor = (field4: (writer: protobuf.Writer) => void) => {
-      const writer = protobuf.Writer.create();
-      writer.uint32((1 << 3) | 2).string('api');
-      writer.uint32((2 << 3) | 2).fork();
-      writer
-        .uint32((1 << 3) | 2)
-        .fork()
-        .uint32((1 << 3) | 2)
-        .string('k')
-        .ldelim();
-      field4(writer);
-      writer.ldelim();
-      return Buffer.from(writer.finish());
-    };
     expect(
-      check(descriptor((w) => w.uint32(4 << 3).uint32(7))).descriptors[0]?.isNegativeHits,
+      check(oneDescriptor((w) => w.uint32(4 << 3).uint32(7))).descriptors[0]?.isNegativeHits,
     ).toBe(true);
-    expect(rejection(descriptor((w) => w.uint32((4 << 3) | 2).bytes(Buffer.from('x'))))).toMatch(
+    expect(rejection(oneDescriptor((w) => w.uint32((4 << 3) | 2).bytes(Buffer.from('x'))))).toMatch(
       /^InvalidRequestError: malformed request: invalid tag 34/,
     );
   });
