@@ -65,8 +65,9 @@ describe('a denied decision', () => {
       ),
       { numRuns: 400 },
     );
-    // The property means something only if every algorithm was denied many times.
-    for (const count of Object.values(denials)) expect(count).toBeGreaterThan(50);
+    // The property means something only if every algorithm was denied many times. The draws are
+    // random: one run in several dozen saw only 40 denials of an algorithm, so the floor is 20.
+    for (const count of Object.values(denials)) expect(count).toBeGreaterThan(20);
   });
 });
 
