@@ -1,0 +1,157 @@
+// Calendar windows on a real clock: tollgate runs as its own process under Debian's faketime,
+// which starts the process's clock half a minute before a boundary and lets it run. With
+// CLOCK=local the service's clock is the one every store decides on (Redis TIME cannot be moved:
+// redis-server does not start under faketime). Each boundary is written out below as the UTC
+// instant the zone's rules give it, so that the test does not use tollgate's own arithmetic.
+import { execFileSync } from 'node:child_process';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RateLimitResponseObject } from '@tollgate/client';
+import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
+import { startRedis, type TestRedis } from '../support/redis.js';
+import { callCheck, d, resetMs } from '../support/tollgate.js';
+
+const RULES = `
+domain: budgets
+descriptors:
+  - key: berlin
+    rate_limit: {calendar: day, time_zone: Europe/Berlin, requests_per_unit: 10}
+  - key: sydney
+    rate_limit: {calendar: day, time_zone: Australia/Sydney, requests_per_unit: 10}
+  - key: santiago
+    rate_limit: {calendar: day, time_zone: America/Santiago, requests_per_unit: 10}
+  - key: month
+    rate_limit: {calendar: month, requests_per_unit: 10}
+  - key: year
+    rate_limit: {calendar: year, requests_per_unit: 10}
+`;
+
+/** How long before the boundary the process's clock starts: room for a slow start-up. */
+const LEAD_MS = 30_000;
+const HOUR = 3_600_000;
+const DAY = 24 * HOUR;
+
+interface Boundary {
+  name: string;
+  key: string;
+  /** The instant the window starts, in UTC. */
+  at: string;
+  /** How long the window that starts there lasts. */
+  lengthMs: number;
+}
+
+const BOUNDARIES: Boundary[] = [
+  // Northern hemisphere: the day the clocks go forward is 23 hours, the day they go back 25.
+  {
+    name: 'Berlin, 29 March 2026 (23 h)',
+    key: 'berlin',
+    at: '2026-03-28T23:00:00Z',
+    lengthMs: 23 * HOUR,
+  },
+  {
+    name: 'Berlin, 25 October 2026 (25 h)',
+    key: 'berlin',
+    at: '2026-10-24T22:00:00Z',
+    lengthMs: 25 * HOUR,
+  },
+  // Southern hemisphere: forward in October, back in April.
+  {
+    name: 'Sydney, 4 October 2026 (23 h)',
+    key: 'sydney',
+    at: '2026-10-03T14:00:00Z',
+    lengthMs: 23 * HOUR,
+  },
+  {
+    name: 'Sydney, 5 April 2026 (25 h)',
+    key: 'sydney',
+    at: '2026-04-04T13:00:00Z',
+    lengthMs: 25 * HOUR,
+  },
+  // Chile skips midnight itself: 6 September 2026 starts at 01:00, the first instant it has.
+  {
+    name: 'Santiago, 6 September 2026 (starts 01:00, 23 h)',
+    key: 'santiago',
+    at: '2026-09-06T04:00:00Z',
+    lengthMs: 23 * HOUR,
+  },
+  // A leap February, and a leap year, in UTC.
+  { name: 'February 2028 (29 days)', key: 'month', at: '2028-02-01T00:00:00Z', lengthMs: 29 * DAY },
+  {
+    name: 'the year 2028 (366 days)',
+    key: 'year',
+    at: '2028-01-01T00:00:00Z',
+    lengthMs: 366 * DAY,
+  },
+];
+
+/** faketime's start instant: its own format, read in UTC (TZ=UTC below). */
+const fakeStart = (ms: number) => `@${new Date(ms).toISOString().slice(0, 19).replace('T', ' ')}`;
+
+let redis: TestRedis;
+beforeAll(async () => {
+  try {
+    execFileSync('faketime', ['-f', '+0s', 'true']);
+  } catch (error) {
+    throw new Error(
+      `This test needs Debian's faketime (apt-get install -y faketime): ${String(error)}`,
+    );
+  }
+  redis = await startRedis();
+});
+afterAll(async () => {
+  await redis?.stop();
+});
+
+const cases = [
+  ...BOUNDARIES.map((boundary) => ({ store: 'redis', ...boundary })),
+  // The in-memory store decides on the same clock: one boundary of each hemisphere.
+  ...[BOUNDARIES[0]!, BOUNDARIES[3]!].map((boundary) => ({ store: 'memory', ...boundary })),
+];
+
+describe.concurrent.each(cases)('$name, on the $store store', ({ store, key, at, lengthMs }) => {
+  it('denies until the boundary, then counts afresh in a window as long as the period really is', async () => {
+    const boundary = Date.parse(at);
+    const tollgate: TollgateProcess = await spawnTollgate(
+      RULES,
+      {
+        CLOCK: 'local',
+        TZ: 'UTC',
+        FAKETIME_DONT_FAKE_MONOTONIC: '1',
+        ...(store === 'redis' ? { REDIS_URL: redis.url } : {}),
+      },
+      { runUnder: ['faketime', '-f', fakeStart(boundary - LEAD_MS)] },
+    );
+    try {
+      // A counter of its own: a case on another date shares the rule and the Redis.
+      const tenant = `${store}-${at}`;
+      const charge = (hits: number): Promise<RateLimitResponseObject> =>
+        callCheck(
+          tollgate.client,
+          {
+            domain: 'budgets',
+            descriptors: [{ ...d(key, tenant), hits_addend: { value: String(hits) } }],
+          },
+          10_000,
+        );
+      // Before the boundary: the window ends at it.
+      const spent = await charge(10);
+      expect(spent.overall_code).toBe('OK');
+      expect(spent.statuses?.[0]?.limit_remaining).toBe(0);
+      const before = resetMs(spent.statuses![0]!)!;
+      expect(before).toBeGreaterThan(0);
+      expect(before).toBeLessThanOrEqual(LEAD_MS);
+      const denied = await charge(1);
+      expect(denied.overall_code).toBe('OVER_LIMIT');
+
+      // After it: a new window, whose reset is the next boundary.
+      await new Promise((resolve) => setTimeout(resolve, resetMs(denied.statuses![0]!)! + 1_500));
+      const fresh = await charge(1);
+      expect(fresh.overall_code).toBe('OK');
+      expect(fresh.statuses?.[0]?.limit_remaining).toBe(9);
+      const after = resetMs(fresh.statuses![0]!)!;
+      expect(after).toBeLessThanOrEqual(lengthMs);
+      expect(after).toBeGreaterThan(lengthMs - 5 * 60_000);
+    } finally {
+      await tollgate.stop();
+    }
+  }, 120_000);
+});
