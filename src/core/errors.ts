@@ -8,6 +8,11 @@ export class InvalidRequestError extends Error {
   override readonly name = 'InvalidRequestError';
 }
 
+/** A caller went past a bound of the service (buckets a stream holds): RESOURCE_EXHAUSTED. */
+export class ResourceLimitError extends Error {
+  override readonly name = 'ResourceLimitError';
+}
+
 /** The store could not decide in time, or at all: answered per FAILURE_MODE. */
 export class StoreError extends Error {
   override readonly name = 'StoreError';

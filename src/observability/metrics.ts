@@ -98,7 +98,7 @@ import {
   type StoreSeries,
 } from './metricsSeries.js';
 import type { BucketAction } from '../rlqs/session.js';
-import type { RlqsEvent } from '../rlqs/stream.js';
+import type { RlqsEvent } from '../rlqs/events.js';
 import { splitHits, type CheckEvent, type RuleOutcome } from '../decision/outcome.js';
 import type { LocalCacheStats } from '../store/overLimitCache.js';
 

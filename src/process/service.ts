@@ -2,6 +2,10 @@ import { createLimiter } from '../decision/limiter.js';
 import { describePath, type CodePath } from '../store/functions.js';
 import { choosePolicy } from '../decision/policy.js';
 import { createQuotaService } from '../rlqs/quotaService.js';
+import type { RlqsSettings } from '../rlqs/rlqsSettings.js';
+import type { RuleSet } from '../rules/types.js';
+import { createRlqsService, type RlqsService } from '../servers/grpc/rlqsStream.js';
+import type { Store } from '../store/Store.js';
 import { createHealth } from './health.js';
 import { createLogger, type Logger } from '../core/logger.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -11,7 +15,7 @@ import { createRulesSource } from '../rules/rulesSource.js';
 import { createServers, type ListeningPorts } from '../servers/servers.js';
 import type { Settings } from './settings.js';
 import { listeningReport, startupWarnings } from './startupReport.js';
-import { openStore } from '../store/openStore.js';
+import { openStore, type OpenedStore } from '../store/openStore.js';
 
 /**
  * The composition of the service's parts, built from Settings: observability, the rule source,
@@ -79,17 +83,7 @@ export function createService(options: ServiceOptions): Service {
   });
   const rlqs =
     settings.rlqs &&
-    createQuotaService({
-      settings: settings.rlqs,
-      rules: rules.current,
-      store,
-      redis: opened.redis,
-      plan: choosePolicy(modeOptions(settings)).plan,
-      clock: settings.clock === 'local' ? clock : undefined,
-      memoryClock: clock,
-      onEvent: (event) => metrics.rlqs(event),
-      onInternalError: (error) => logger.error({ err: error }, 'internal error answering RLQS'),
-    });
+    openRlqs(settings, settings.rlqs, { rules, store, opened, clock, metrics, logger });
   if (rlqs) metrics.rlqsStreams(rlqs);
   const servers = createServers({
     settings,
@@ -144,6 +138,37 @@ export function createService(options: ServiceOptions): Service {
       await store.close();
     },
   };
+}
+
+/** RLQS: the quota service's sessions, served on gRPC streams with their bounds. */
+function openRlqs(
+  settings: Settings,
+  rlqsSettings: RlqsSettings,
+  parts: {
+    rules: { current: () => RuleSet };
+    store: Store;
+    opened: OpenedStore;
+    clock: () => number;
+    metrics: Metrics;
+    logger: Logger;
+  },
+): RlqsService {
+  const { metrics, logger } = parts;
+  const quota = createQuotaService({
+    settings: rlqsSettings,
+    rules: parts.rules.current,
+    store: parts.store,
+    openDemand: parts.opened.openDemand,
+    plan: choosePolicy(modeOptions(settings)).plan,
+    clock: settings.clock === 'local' ? parts.clock : undefined,
+    onEvent: (event) => metrics.rlqs(event),
+  });
+  return createRlqsService({
+    ...rlqsSettings,
+    session: quota.session,
+    onEvent: (event) => metrics.rlqs(event),
+    onInternalError: (error) => logger.error({ err: error }, 'internal error answering RLQS'),
+  });
 }
 
 /** /rlconfig's text, after a line saying how checks reach Redis (see store/functions.ts). */

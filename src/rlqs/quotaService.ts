@@ -1,48 +1,47 @@
 /**
  * Envoy's Rate Limit Quota Service, composed from the service's own parts: the rules in force,
- * the store its classic checks use, and demand kept beside the counters (on the store's Redis
- * connection, or in memory without Redis), so that classic clients and RLQS clients share one
- * rule set and one set of counters.
+ * the store its classic checks use, and demand kept beside the counters (store/demand.ts), so
+ * that classic clients and RLQS clients share one rule set and one set of counters.
  */
 import type { PlanPolicy } from '../decision/plan.js';
 import type { RuleSet } from '../rules/types.js';
-import type { RedisAccess } from '../store/redisStore.js';
+import type { DemandOptions, DemandStore } from '../store/demand.js';
 import type { Store } from '../store/Store.js';
 import { createAdmissionWatch } from './admissions.js';
-import { createMemoryDemand, createRedisDemand } from './demand.js';
 import type { RlqsSettings } from './rlqsSettings.js';
-import { createSession } from './session.js';
-import { createRlqsService, type RlqsEvent, type RlqsService } from './stream.js';
+import type { RlqsEvent } from './events.js';
+import { createSession, type Session } from './session.js';
 
 export interface QuotaServiceOptions {
   settings: RlqsSettings;
   rules: () => RuleSet;
   store: Store;
-  /** The store's Redis connection; undefined: the in-memory store, and demand in memory. */
-  redis: RedisAccess | undefined;
+  /** The demand store beside the store's counters (OpenedStore.openDemand). */
+  openDemand(options: DemandOptions): DemandStore;
   /** The same plan as the classic checks', so that both reach the same counters. */
   plan: PlanPolicy;
   /** CLOCK=local: the service's clock; undefined: the store's. */
   clock: (() => number) | undefined;
-  /** The in-memory demand's clock (the service's). */
-  memoryClock: () => number;
+  /** Told of requests admitted past a rule's limit, for metrics. */
   onEvent?(event: RlqsEvent): void;
-  onInternalError?(error: unknown): void;
+}
+
+/** RLQS without its transport: a session for each stream, which answers its reports. */
+export interface QuotaService {
+  /** A new stream's session, under a name unique across instances. */
+  session(streamId: string): Session;
 }
 
 /** Over-admission is followed for at most this many rule counters at once. */
 const MAX_WATCHED_POOLS = 100_000;
 
-export function createQuotaService(options: QuotaServiceOptions): RlqsService {
+export function createQuotaService(options: QuotaServiceOptions): QuotaService {
   const { settings } = options;
-  const demandOptions = { maxConsumers: settings.maxConsumersPerPool };
-  const demand = options.redis
-    ? createRedisDemand(options.redis, demandOptions)
-    : createMemoryDemand(demandOptions, options.memoryClock);
+  const demand = options.openDemand({ maxConsumers: settings.maxConsumersPerPool });
   const admissions = createAdmissionWatch(MAX_WATCHED_POOLS);
   const onOverAdmitted = (requests: number) =>
     options.onEvent?.({ kind: 'over_admitted', requests });
-  return createRlqsService({
+  return {
     session: (streamId) =>
       createSession({
         streamId,
@@ -57,14 +56,5 @@ export function createQuotaService(options: QuotaServiceOptions): RlqsService {
         admissions,
         onOverAdmitted,
       }),
-    maxStreams: settings.maxStreams,
-    maxBucketsPerStream: settings.maxBucketsPerStream,
-    maxReportsPerSecond: settings.maxReportsPerSecond,
-    staleMs: settings.staleMs,
-    maxQueuedBytes: settings.maxQueuedBytes,
-    maxQueuedBytesTotal: settings.maxQueuedBytesTotal,
-    unreadMs: settings.unreadMs,
-    onEvent: options.onEvent,
-    onInternalError: options.onInternalError,
-  });
+  };
 }

@@ -5,11 +5,12 @@
  * 2. charges the reported allowed requests to the same counters a classic check uses, with
  *    overdraw, since those requests were already admitted;
  * 3. records the bucket's demand (allowed plus denied per second) on each enforced counter, and
- *    reads back every consumer's (demand.ts);
+ *    reads back every consumer's (store/demand.ts);
  * 4. answers the token bucket of its share (assign.ts), the same strategy again (which extends
  *    the TTL) unless the rate moved by more than 10%; a blanket rule when no counter limits it;
  *    `abandon_action` when the rule it matched is gone.
  */
+import { ResourceLimitError } from '../core/errors.js';
 import { planCheck } from '../decision/plan.js';
 import type { PlanPolicy } from '../decision/plan.js';
 import type { RuleSet } from '../rules/types.js';
@@ -25,7 +26,7 @@ import {
   type TokenBucketStrategy,
 } from './assign.js';
 import { bucketCheck, bucketName, bucketPath, type Bucket } from './buckets.js';
-import type { DemandStore } from './demand.js';
+import type { DemandStore } from '../store/demand.js';
 
 export type Strategy =
   | { kind: 'blanket'; rule: 'ALLOW_ALL' | 'DENY_ALL' }
@@ -64,7 +65,8 @@ export interface SessionOptions {
   onOverAdmitted?(requests: number): void;
 }
 
-export class BucketLimitError extends Error {}
+/** One bucket more than a stream may hold, or a report of more. */
+export class BucketLimitError extends ResourceLimitError {}
 
 interface Held {
   /** It has matched a rule: when it no longer does, its rule is gone and it is abandoned. */

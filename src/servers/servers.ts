@@ -1,4 +1,4 @@
-import type { RlqsStreamHandler } from '../rlqs/stream.js';
+import type { RlqsStreamHandler } from './grpc/rlqsStream.js';
 import type { Check, Decision, HeaderReader } from '../core/check.js';
 import { SettingsError } from '../core/errors.js';
 import type { RequestLimits } from './grpc/codec.js';
@@ -88,7 +88,7 @@ export interface ServersOptions {
   logger: Logger;
   /** What the servers count: requests refused as malformed, and bounds reached. */
   events: ServerEvents;
-  /** RLQS's StreamRateLimitQuotas on the gRPC port (rlqs/stream.ts); unset: not offered. */
+  /** RLQS's StreamRateLimitQuotas on the gRPC port (grpc/rlqsStream.ts); unset: not offered. */
   rlqs?: RlqsStreamHandler;
 }
 

@@ -8,6 +8,12 @@ import type { RedisSettings } from './redisSettings.js';
 import type { Store } from './Store.js';
 import { SINGLE_PROCESS, subscribeToRefunds, type Coherence } from './invalidation.js';
 import { routeAuthWarnings } from './authWarnings.js';
+import {
+  createMemoryDemand,
+  createRedisDemand,
+  type DemandOptions,
+  type DemandStore,
+} from './demand.js';
 
 /**
  * The store the settings ask for: Redis (single, Sentinel or Cluster) or this process's memory,
@@ -17,8 +23,11 @@ export interface OpenedStore {
   store: Store;
   /** The reference's local-cache gauges, when COMPAT_MODE=reference keeps that cache. */
   localCacheStats: (() => LocalCacheStats) | undefined;
-  /** The Redis connection beneath, for calls of other kinds (RLQS's demand); none in memory. */
-  redis: RedisAccess | undefined;
+  /**
+   * RLQS's demand store, beside the counters: on the store's Redis connection, or in this
+   * process's memory (on the service's clock) when the counters are.
+   */
+  openDemand(options: DemandOptions): DemandStore;
   /**
    * Waits, briefly, for the first connection to Redis; rejects with a SettingsError when REDIS_URL
    * cannot work (its database cannot be selected), so that start-up stops. Memory: resolves.
@@ -73,7 +82,9 @@ export function openStore(settings: StoreSettings, options: OpenStoreOptions): O
   const redis = redisStore?.access;
   const firstConnection = async () => redisStore?.firstConnection();
   const codePath = () => redisStore?.codePath();
-  const opened = { redis, firstConnection, codePath };
+  const openDemand = (demandOptions: DemandOptions): DemandStore =>
+    redis ? createRedisDemand(redis, demandOptions) : createMemoryDemand(demandOptions, clock);
+  const opened = { openDemand, firstConnection, codePath };
   const size = settings.overLimitCacheSize;
   const reference = settings.compatMode === 'reference';
   // The exact cache is off on a cluster: a denial that spans slots refunds what it took, so a

@@ -81,7 +81,7 @@ type Explain = (error: unknown) => StoreError;
 
 /**
  * Calls of another kind on the store's own connection, bounded by REDIS_TIMEOUT and failing with
- * the StoreError a check would get: RLQS's demand (rlqs/demand.ts) runs on it.
+ * the StoreError a check would get: RLQS's demand (store/demand.ts) runs on it.
  */
 export interface RedisAccess {
   readonly connection: Redis | Cluster;

@@ -12,9 +12,9 @@ import { ownCounting } from '../../src/decision/counting.js';
 import { ruleQuota } from '../../src/decision/quota.js';
 import { packageDefinition, rlqsServiceName } from '../../src/core/protos.js';
 import { loadRules } from '../../src/rules/loadRules.js';
-import { createMemoryDemand } from '../../src/rlqs/demand.js';
+import { createMemoryDemand } from '../../src/store/demand.js';
 import { createSession } from '../../src/rlqs/session.js';
-import { createRlqsService, type RlqsService } from '../../src/rlqs/stream.js';
+import { createRlqsService, type RlqsService } from '../../src/servers/grpc/rlqsStream.js';
 import {
   createGrpcServer,
   RLQS_STREAM_PATH,

@@ -5,7 +5,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest
 import { StoreError } from '../../src/core/errors.js';
 import { counterKey } from '../../src/store/keys.js';
 import type { RedisSettings } from '../../src/process/settings.js';
-import { createRedisDemand } from '../../src/rlqs/demand.js';
+import { createRedisDemand } from '../../src/store/demand.js';
 import { createRedisStore, type RedisStore } from '../../src/store/redisStore.js';
 import type { FunctionsSetting } from '../../src/store/functions.js';
 import type { Store } from '../../src/store/Store.js';

@@ -5,7 +5,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StoreError } from '../../src/core/errors.js';
 import { readSettings } from '../../src/process/settings.js';
-import { createMemoryDemand, createRedisDemand, type DemandStore } from '../../src/rlqs/demand.js';
+import { createMemoryDemand, createRedisDemand, type DemandStore } from '../../src/store/demand.js';
 import { createRedisStore, type RedisStore } from '../../src/store/redisStore.js';
 import { startRedis, type TestRedis } from '../support/redis.js';
 

@@ -27,7 +27,7 @@ import {
   shouldRateLimitMethod,
 } from '../../core/protos.js';
 import type * as protoLoader from '@grpc/proto-loader';
-import type { RlqsStreamHandler } from '../../rlqs/stream.js';
+import type { RlqsStreamHandler } from './rlqsStream.js';
 import { addReflection } from './reflection.js';
 import { toGrpcStatus } from './status.js';
 
@@ -61,7 +61,7 @@ export interface GrpcServerOptions {
   /** GRPC_CLIENT_TLS_SAN, which the fast path checks itself (grpc-js by an interceptor). */
   clientSan?: string;
   /**
-   * Serves RLQS's StreamRateLimitQuotas (see rlqs/stream.ts), with health of its own name. Its
+   * Serves RLQS's StreamRateLimitQuotas (see rlqsStream.ts), with health of its own name. Its
    * streams live long: the guard counts them on their connections and budgets the bytes of a
    * message still arriving, but does not time them out.
    */

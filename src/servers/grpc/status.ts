@@ -3,7 +3,12 @@
  * tell an UNKNOWN apart from a crash.
  */
 import { status as Status } from '@grpc/grpc-js';
-import { InvalidRequestError, NoRulesError, StoreError } from '../../core/errors.js';
+import {
+  InvalidRequestError,
+  NoRulesError,
+  ResourceLimitError,
+  StoreError,
+} from '../../core/errors.js';
 
 export interface GrpcStatus {
   code: Status;
@@ -13,6 +18,9 @@ export interface GrpcStatus {
 export function toGrpcStatus(error: unknown): GrpcStatus {
   if (error instanceof InvalidRequestError) {
     return { code: Status.INVALID_ARGUMENT, details: error.message };
+  }
+  if (error instanceof ResourceLimitError) {
+    return { code: Status.RESOURCE_EXHAUSTED, details: error.message };
   }
   // UNAVAILABLE lets Envoy's failure_mode_deny decide what a store outage means.
   if (error instanceof StoreError) {

@@ -10,7 +10,7 @@ import { ruleQuota } from '../../../src/decision/quota.js';
 import { loadRules } from '../../../src/rules/loadRules.js';
 import type { RuleSet } from '../../../src/rules/types.js';
 import { createAdmissionWatch } from '../../../src/rlqs/admissions.js';
-import { createMemoryDemand } from '../../../src/rlqs/demand.js';
+import { createMemoryDemand } from '../../../src/store/demand.js';
 import {
   BucketLimitError,
   createSession,

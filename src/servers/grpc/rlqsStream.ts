@@ -19,9 +19,16 @@
  */
 import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
-import { NoRulesError, StoreError } from '../core/errors.js';
-import type { Bucket } from './buckets.js';
-import { BucketLimitError, type BucketAction, type BucketUsage, type Session } from './session.js';
+import { InvalidRequestError } from '../../core/errors.js';
+import type { Bucket } from '../../rlqs/buckets.js';
+import type { RlqsEvent, RlqsGauges } from '../../rlqs/events.js';
+import {
+  BucketLimitError,
+  type BucketAction,
+  type BucketUsage,
+  type Session,
+} from '../../rlqs/session.js';
+import { toGrpcStatus } from './status.js';
 
 /** What the gRPC server gives each stream beside grpc-js's call. */
 export interface RlqsTransport {
@@ -57,37 +64,8 @@ export interface RlqsStreamOptions {
   onInternalError?(error: unknown): void;
 }
 
-export type RlqsEvent =
-  | { kind: 'stream'; open: number }
-  | {
-      kind: 'report';
-      buckets: number;
-      allowed: number;
-      denied: number;
-      actions: readonly BucketAction[];
-    }
-  | {
-      kind: 'refused';
-      reason:
-        | 'streams'
-        | 'buckets'
-        | 'reports'
-        | 'invalid'
-        | 'stale'
-        | 'queued_bytes'
-        | 'queued_bytes_total'
-        | 'unread';
-    }
-  /** Reported allowed requests past their rule's limit in its window (session.ts). */
-  | { kind: 'over_admitted'; requests: number };
-
-export interface RlqsService {
+export interface RlqsService extends RlqsGauges {
   handler: RlqsStreamHandler;
-  streams(): number;
-  /** Buckets held by the open streams. */
-  buckets(): number;
-  /** Bytes of answers queued across the open streams, with the reports waiting for theirs. */
-  queuedBytes(): number;
   /**
    * Ends every open stream with UNAVAILABLE (shutdown): Envoy keeps its assignments until they
    * expire and opens its stream again, to another instance.
@@ -102,8 +80,6 @@ interface WireUsage {
   num_requests_denied?: string | number;
 }
 
-class InvalidReport extends Error {}
-
 const MAX_ENTRY_BYTES = 1024;
 /** A BucketId's entries: the levels of one path through the rules, and more than any rule has. */
 const MAX_BUCKET_ENTRIES = 64;
@@ -111,16 +87,16 @@ const MAX_BUCKET_ENTRIES = 64;
 function readUsage(wire: WireUsage, at: number): BucketUsage {
   const bucket = wire.bucket_id?.bucket;
   if (bucket === undefined || Object.keys(bucket).length === 0) {
-    throw new InvalidReport(`bucket_quota_usages[${at}].bucket_id is empty`);
+    throw new InvalidRequestError(`bucket_quota_usages[${at}].bucket_id is empty`);
   }
   if (Object.keys(bucket).length > MAX_BUCKET_ENTRIES) {
-    throw new InvalidReport(
+    throw new InvalidRequestError(
       `bucket_quota_usages[${at}].bucket_id has more than ${MAX_BUCKET_ENTRIES} entries`,
     );
   }
   for (const [key, value] of Object.entries(bucket)) {
     if (key.length + value.length > MAX_ENTRY_BYTES) {
-      throw new InvalidReport(
+      throw new InvalidRequestError(
         `bucket_quota_usages[${at}].bucket_id entry '${key.slice(0, 64)}' is over ${MAX_ENTRY_BYTES} bytes`,
       );
     }
@@ -132,7 +108,7 @@ function readUsage(wire: WireUsage, at: number): BucketUsage {
       ? undefined
       : Number(elapsed.seconds ?? 0) * 1000 + (elapsed.nanos ?? 0) / 1e6;
   if (elapsedMs !== undefined && !(elapsedMs >= 0)) {
-    throw new InvalidReport(`bucket_quota_usages[${at}].time_elapsed is negative`);
+    throw new InvalidRequestError(`bucket_quota_usages[${at}].time_elapsed is negative`);
   }
   return {
     bucket,
@@ -189,7 +165,7 @@ interface ReportMessage {
 }
 
 /**
- * The stream's domain after this message, and its usages; throws InvalidReport, or
+ * The stream's domain after this message, and its usages; throws InvalidRequestError, or
  * BucketLimitError for more usages than the stream may hold buckets.
  */
 function readReport(
@@ -199,11 +175,11 @@ function readReport(
 ): { domain: string; usages: BucketUsage[] } {
   if (message.domain) {
     if (domain !== undefined && domain !== message.domain) {
-      throw new InvalidReport(`domain changed from '${domain}' to '${message.domain}'`);
+      throw new InvalidRequestError(`domain changed from '${domain}' to '${message.domain}'`);
     }
     domain = message.domain;
   }
-  if (domain === undefined) throw new InvalidReport('the first report has no domain');
+  if (domain === undefined) throw new InvalidRequestError('the first report has no domain');
   const usages = message.bucket_quota_usages ?? [];
   // A stream holds at most maxUsages buckets, and a report names each of its buckets once: more
   // is a stream past its bucket bound, refused as the session refuses one bucket more.
@@ -462,15 +438,10 @@ function serveStream(
       output.send({ bucket_action: actions.map(wireAction) }, bytes);
     } catch (error) {
       output.send(undefined, bytes);
-      if (error instanceof BucketLimitError) {
-        event({ kind: 'refused', reason: 'buckets' });
-        end(grpc.status.RESOURCE_EXHAUSTED, error.message);
-      } else if (error instanceof StoreError || error instanceof NoRulesError) {
-        end(grpc.status.UNAVAILABLE, error.message);
-      } else {
-        options.onInternalError?.(error);
-        end(grpc.status.INTERNAL, 'internal error');
-      }
+      if (error instanceof BucketLimitError) event({ kind: 'refused', reason: 'buckets' });
+      const status = toGrpcStatus(error);
+      if (status.code === grpc.status.INTERNAL) options.onInternalError?.(error);
+      end(status.code, status.details);
     }
   };
 
@@ -488,12 +459,9 @@ function serveStream(
     try {
       report = readReport(message, domain, options.maxBucketsPerStream);
     } catch (error) {
-      const tooMany = error instanceof BucketLimitError;
-      event({ kind: 'refused', reason: tooMany ? 'buckets' : 'invalid' });
-      end(
-        tooMany ? grpc.status.RESOURCE_EXHAUSTED : grpc.status.INVALID_ARGUMENT,
-        (error as Error).message,
-      );
+      event({ kind: 'refused', reason: error instanceof BucketLimitError ? 'buckets' : 'invalid' });
+      const status = toGrpcStatus(error);
+      end(status.code, status.details);
       return;
     }
     domain = report.domain;

@@ -1,12 +1,12 @@
 /**
  * Where RLQS demand lives: per pool (a rule's counter), each consumer's recent demand with a TTL,
  * so that every worker and every instance of tollgate splits a pool over the same clients. In
- * Redis it is one hash per pool, updated and read by one script call (lua/demand.lua); in memory
- * it is a map, for one process.
+ * Redis it is one hash per pool, beside the pool's counter, updated and read by one script call
+ * (lua/demand.lua) on the store's own connection; in memory it is a map, for one process.
  */
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import type { RedisAccess } from '../store/redisStore.js';
+import type { RedisAccess } from './redisStore.js';
 
 export interface PoolDemand {
   /** The sum of every live consumer's demand, this one's included. */

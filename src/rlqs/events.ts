@@ -1,0 +1,39 @@
+/**
+ * What RLQS tells the metrics: the streams' transport (servers/grpc/rlqsStream.ts) of reports
+ * answered, streams opened and closed, and reports refused at a bound; the quota service of
+ * requests admitted past a rule's limit.
+ */
+import type { BucketAction } from './session.js';
+
+export type RlqsEvent =
+  | { kind: 'stream'; open: number }
+  | {
+      kind: 'report';
+      buckets: number;
+      allowed: number;
+      denied: number;
+      actions: readonly BucketAction[];
+    }
+  | {
+      kind: 'refused';
+      reason:
+        | 'streams'
+        | 'buckets'
+        | 'reports'
+        | 'invalid'
+        | 'stale'
+        | 'queued_bytes'
+        | 'queued_bytes_total'
+        | 'unread';
+    }
+  /** Reported allowed requests past their rule's limit in its window (session.ts). */
+  | { kind: 'over_admitted'; requests: number };
+
+/** What the metrics read of the open streams, when scraped. */
+export interface RlqsGauges {
+  streams(): number;
+  /** Buckets held by the open streams. */
+  buckets(): number;
+  /** Bytes of answers queued across the open streams, with the reports waiting for theirs. */
+  queuedBytes(): number;
+}
