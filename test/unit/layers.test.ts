@@ -147,6 +147,80 @@ function runtimeImports(module: string): string[] {
   return found;
 }
 
+/** An import of a module: what it names, the package or path, and the bindings it takes. */
+interface ImportOf {
+  from: string;
+  names: string[];
+}
+
+/** Every import and re-export of a module, type-only ones included, with the names it binds. */
+function importsOf(module: string): ImportOf[] {
+  const text = readFileSync(join(src, module), 'utf8');
+  const file = ts.createSourceFile(module, text, ts.ScriptTarget.Latest);
+  const found: ImportOf[] = [];
+  for (const statement of file.statements) {
+    if (ts.isImportDeclaration(statement) || ts.isExportDeclaration(statement)) {
+      if (statement.moduleSpecifier === undefined) continue;
+      const names: string[] = [];
+      const bindings = ts.isImportDeclaration(statement)
+        ? statement.importClause?.namedBindings
+        : statement.exportClause;
+      if (bindings && (ts.isNamedImports(bindings) || ts.isNamedExports(bindings))) {
+        for (const element of bindings.elements) {
+          names.push((element.propertyName ?? element.name).text);
+        }
+      }
+      found.push({ from: (statement.moduleSpecifier as ts.StringLiteral).text, names });
+    }
+  }
+  return found;
+}
+
+/**
+ * A dependency kept to a few places: a package, or a binding by name (a type that carries the
+ * package's objects), which only modules under `allowed` (folders ending in '/', or files) import.
+ */
+export interface Confinement {
+  what: string;
+  allowed: string[];
+}
+
+/** Every import of a confined package or binding from outside its places, as `module -> what`. */
+export function confinementBreaches(
+  modules: readonly string[],
+  imports: (module: string) => ImportOf[],
+  confinements: readonly Confinement[],
+): string[] {
+  const found: string[] = [];
+  for (const module of modules) {
+    for (const { what, allowed } of confinements) {
+      if (
+        allowed.some((place) => (place.endsWith('/') ? module.startsWith(place) : module === place))
+      ) {
+        continue;
+      }
+      for (const entry of imports(module)) {
+        if (entry.from === what || entry.names.includes(what)) found.push(`${module} -> ${what}`);
+      }
+    }
+  }
+  return found;
+}
+
+/**
+ * grpc-js is the servers' (and the clients' that rules and tracing keep to the xDS server and
+ * the OTLP collector); ioredis, and the connection the store hands its own parts, the store's.
+ * So rlqs/, decision/ and the rest are libraries that know neither.
+ */
+const CONFINED: Confinement[] = [
+  {
+    what: '@grpc/grpc-js',
+    allowed: ['servers/', 'rules/xdsClient.ts', 'observability/otlpExporter.ts'],
+  },
+  { what: 'ioredis', allowed: ['store/'] },
+  { what: 'RedisAccess', allowed: ['store/'] },
+];
+
 /** Every package that `entry` loads at run time, through the modules of src/ it loads. */
 function packagesLoadedBy(entry: string): Set<string> {
   const packages = new Set<string>();
@@ -206,6 +280,17 @@ describe('the layers of src/', () => {
     expect(packagesLoadedBy('cli/query.ts')).toContain('@tollgate/client');
   });
 
+  it('keeps grpc-js to the servers and the two clients, and ioredis and its connection to the store', () => {
+    expect(confinementBreaches([...graph.keys()], importsOf, CONFINED)).toEqual([]);
+    // The places are real: each confined name is imported where it is allowed.
+    for (const { what } of CONFINED) {
+      const users = [...graph.keys()].filter((module) =>
+        importsOf(module).some((entry) => entry.from === what || entry.names.includes(what)),
+      );
+      expect(users.length, what).toBeGreaterThan(0);
+    }
+  });
+
   it('finds what it looks for: an upward import and a cycle in a made-up graph', () => {
     const bad: Graph = new Map([
       ['decision/plan.ts', ['servers/grpc/server.ts', 'decision/answer.ts']],
@@ -214,5 +299,17 @@ describe('the layers of src/', () => {
     ]);
     expect(upwardImports(bad)).toEqual(['decision/plan.ts -> servers/grpc/server.ts']);
     expect(cycles(bad)).toEqual([['decision/answer.ts', 'decision/plan.ts']]);
+  });
+
+  it('finds a confined import outside its places in made-up modules', () => {
+    const made: Record<string, ImportOf[]> = {
+      'rlqs/stream.ts': [{ from: '@grpc/grpc-js', names: [] }],
+      'rlqs/demand.ts': [{ from: '../store/redisStore.js', names: ['RedisAccess'] }],
+      'store/redisStore.ts': [{ from: 'ioredis', names: ['Redis'] }],
+      'servers/grpc/server.ts': [{ from: '@grpc/grpc-js', names: [] }],
+    };
+    expect(
+      confinementBreaches(Object.keys(made), (module) => made[module] ?? [], CONFINED),
+    ).toEqual(['rlqs/stream.ts -> @grpc/grpc-js', 'rlqs/demand.ts -> RedisAccess']);
   });
 });
