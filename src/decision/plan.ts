@@ -56,7 +56,16 @@ export interface PlanPolicy {
 export const NO_LIMIT: DescriptorStatus = Object.freeze({ code: 'OK', limitRemaining: 0 });
 const UNLIMITED: DescriptorStatus = Object.freeze({ code: 'OK', limitRemaining: 4_294_967_295 });
 
-export function planCheck(check: Check, ruleSet: RuleSet, policy: PlanPolicy): Plan {
+/**
+ * `matched`: the rule each descriptor matches, when the caller has walked the rules already (an
+ * RLQS bucket's path, rlqs/buckets.ts); else each descriptor is matched here.
+ */
+export function planCheck(
+  check: Check,
+  ruleSet: RuleSet,
+  policy: PlanPolicy,
+  matched?: readonly (RuleNode | undefined)[],
+): Plan {
   const descriptors = check.descriptors;
   const settled = new Array<DescriptorStatus | undefined>(descriptors.length);
   const domain = ruleSet.domains.get(check.domain);
@@ -65,7 +74,7 @@ export function planCheck(check: Check, ruleSet: RuleSet, policy: PlanPolicy): P
     return { check, unknownDomain: true, nodes: [], settled, counted: [], counters: [] };
   }
   const { counting, quota: quotaPolicy } = policy;
-  const nodes = descriptors.map((descriptor) => matchRule(domain, descriptor.entries));
+  const nodes = matched ?? descriptors.map((descriptor) => matchRule(domain, descriptor.entries));
   const replaced = replacedNames(descriptors, nodes);
   const counters: CounterCheck[] = [];
   const counted: PlannedDescriptor[] = [];

@@ -26,6 +26,8 @@ export interface BucketPath {
   entries: readonly Entry[];
   /** One descriptor per level of the path that holds a rule, shallowest first. */
   descriptors: Descriptor[];
+  /** The rule each descriptor matches, found by the walk: planCheck need not match it again. */
+  nodes: RuleNode[];
 }
 
 /** The rule keys of a level, in the order the walk tries them: exact, wildcard, bare. */
@@ -40,6 +42,7 @@ export function bucketPath(rules: DomainRules, bucket: Bucket): BucketPath | und
   const left = new Set(keys);
   const entries: Entry[] = [];
   const descriptors: Descriptor[] = [];
+  const nodes: RuleNode[] = [];
   let level = rules.root;
   while (left.size > 0) {
     let step: { key: string; node: RuleNode } | undefined;
@@ -62,10 +65,11 @@ export function bucketPath(rules: DomainRules, bucket: Bucket): BucketPath | und
     entries.push({ key: step.key, value: bucket[step.key] as string });
     if (step.node.limit !== undefined || step.node.unlimited) {
       descriptors.push({ entries: entries.slice() });
+      nodes.push(step.node);
     }
     level = step.node.children;
   }
-  return descriptors.length === 0 ? undefined : { entries, descriptors };
+  return descriptors.length === 0 ? undefined : { entries, descriptors, nodes };
 }
 
 /** The classic check a bucket's path makes, costing `hits` on each of its descriptors. */

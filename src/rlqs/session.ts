@@ -261,7 +261,7 @@ export function createSession(options: SessionOptions): Session {
     const rules = ruleSet.domains.get(domain);
     const path = rules && bucketPath(rules, usage.bucket);
     const counters = path
-      ? planCheck(bucketCheck(domain, path, 1), ruleSet, options.plan).counters
+      ? planCheck(bucketCheck(domain, path, 1), ruleSet, options.plan, path.nodes).counters
       : [];
     if (counters.length === 0) {
       if (state.matched && path === undefined) {

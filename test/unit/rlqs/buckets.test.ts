@@ -53,11 +53,15 @@ descriptors:
 `);
 const domain = tenants.domains.get('quota')!;
 
-/** The names of the rules a bucket meets, shallowest first; undefined when it meets none. */
+/**
+ * The names of the rules a bucket meets, shallowest first; undefined when it meets none. The
+ * walk's own rule for each level is the one a classic match of that descriptor finds.
+ */
 function met(bucket: Bucket): (string | undefined)[] | undefined {
   const path = bucketPath(domain, bucket);
-  return path?.descriptors.map((descriptor) => {
-    const node = matchRule(domain, descriptor.entries);
+  return path?.descriptors.map((descriptor, at) => {
+    const node = path.nodes[at];
+    expect(node).toBe(matchRule(domain, descriptor.entries));
     return node?.unlimited ? 'unlimited' : node?.limit?.name;
   });
 }
@@ -95,13 +99,19 @@ describe('an RLQS bucket against the rule tree', () => {
   });
 
   it("plans the classic check's counters, with shadow, unlimited and replaces as there", () => {
-    const plan = (bucket: Bucket, hits = 1) =>
-      planCheck(bucketCheck('quota', bucketPath(domain, bucket)!, hits), tenants, {
-        keyPrefix: 'p_',
-        defaultAlgorithm: 'fixed_window',
-        counting: ownCounting,
-        quota: ruleQuota,
-      });
+    const policy = {
+      keyPrefix: 'p_',
+      defaultAlgorithm: 'fixed_window' as const,
+      counting: ownCounting,
+      quota: ruleQuota,
+    };
+    // As a session plans a bucket: on the rules its walk found, which match as a classic check's.
+    const plan = (bucket: Bucket, hits = 1) => {
+      const path = bucketPath(domain, bucket)!;
+      const planned = planCheck(bucketCheck('quota', path, hits), tenants, policy, path.nodes);
+      expect(planned).toEqual(planCheck(bucketCheck('quota', path, hits), tenants, policy));
+      return planned;
+    };
     const search = plan({ tenant: 'acme', route: 'search-1' }, 7);
     expect(search.counters.map((counter) => [counter.limit, counter.shadow, counter.cost])).toEqual(
       [
@@ -123,12 +133,12 @@ descriptors:
           {name: bulk, unit: minute, requests_per_unit: 5000, replaces: [{name: tenant}]}
 `);
     const path = bucketPath(replacing.domains.get('quota')!, { route: 'bulk', tenant: 'a' })!;
-    const counters = planCheck(bucketCheck('quota', path, 1), replacing, {
-      keyPrefix: 'p_',
-      defaultAlgorithm: 'fixed_window',
-      counting: ownCounting,
-      quota: ruleQuota,
-    }).counters;
+    const counters = planCheck(
+      bucketCheck('quota', path, 1),
+      replacing,
+      policy,
+      path.nodes,
+    ).counters;
     expect(counters.map((counter) => counter.limit)).toEqual([5000]);
   });
 
