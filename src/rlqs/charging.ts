@@ -1,0 +1,103 @@
+/**
+ * A report's charges, and what they say of a rule: its allowed requests land on the rule's
+ * counters, as a classic check's would; each counter's RLQS clients share its rate as a pool; and
+ * a window that classic checks have spent is denied to them.
+ */
+import { COST_CAP, type CounterCheck, type CounterResult, type Store } from '../store/Store.js';
+import type { AdmissionWatch } from './admissions.js';
+import type { Pool } from './assign.js';
+
+export interface ChargeOptions {
+  store: Store;
+  /** Over-admission as the reports show it (admissions.ts), shared by the process's streams. */
+  admissions?: AdmissionWatch;
+  /** Told of reported allowed requests past their rule's limit in its window. */
+  onOverAdmitted?(requests: number): void;
+}
+
+/**
+ * A window rule's rate leaves room for one second of it: each stream's token bucket may start
+ * full once a window (a changed share, or a new window after a spent one), and Envoy admits that
+ * bucket on top of its refill. Windows under 10 s keep the whole rate.
+ */
+const RESERVED_MS = 1_000;
+const RESERVE_FROM_MS = 10_000;
+
+export function poolOf(counter: CounterCheck): Pool {
+  const windowRate = counter.limit / (counter.windowMs / 1000);
+  const reserve =
+    counter.algorithm !== 'token_bucket' && counter.windowMs >= RESERVE_FROM_MS
+      ? RESERVED_MS / counter.windowMs
+      : 0;
+  return {
+    ratePerSecond: windowRate * (1 - reserve),
+    burst: counter.algorithm === 'token_bucket' ? counter.burst : undefined,
+    windowMs: counter.windowMs,
+  };
+}
+
+/** Where a rule counter's RLQS demand lives: beside the counter, under its hash tag. */
+export const poolKey = (counter: CounterCheck): string => `${counter.key}:rlqs`;
+
+/**
+ * A window rule's counter that has less left in its window than half of what its RLQS clients
+ * would take, at the rule's rate, before this stream's next report (or the window's end, if
+ * sooner): classic checks (or fallbacks) have taken more than their part. Denied now, the rest
+ * goes to classic checks. Clients alone on a rule keep to its pace, and are never denied so.
+ */
+export function spent(
+  counters: readonly CounterCheck[],
+  results: readonly CounterResult[],
+  intervalMs: number | undefined,
+): boolean {
+  return counters.some((counter, at) => {
+    const result = results[at];
+    if (counter.shadow || counter.algorithm === 'token_bucket' || result === undefined) {
+      return false;
+    }
+    let untilNextMs = intervalMs ?? 1_000;
+    if (counter.algorithm === 'fixed_window' && result.resetMs >= 0) {
+      untilNextMs = Math.min(untilNextMs, result.resetMs);
+    }
+    const expected = (poolOf(counter).ratePerSecond * untilNextMs) / 1_000;
+    return result.remaining <= 0 || result.remaining < expected / 2;
+  });
+}
+
+/**
+ * Charges a report's allowed requests to its counters, with overdraw: they were admitted already.
+ * Charged even when none was (cost 0 consumes nothing): a window that classic checks have spent
+ * is answered DENY_ALL. Resolves with the counters'
+ * results, and tells of what passed a limit in its window.
+ */
+export async function charge(
+  options: ChargeOptions,
+  counters: readonly CounterCheck[],
+  allowed: number,
+  nowMs: number | undefined,
+): Promise<CounterResult[]> {
+  const charged = counters.map((counter) => ({
+    ...counter,
+    cost: Math.min(allowed, COST_CAP),
+    overdraw: true,
+    shadow: false,
+    quota: false,
+    reference: undefined,
+  }));
+  const { results } = await options.store.decide(charged, nowMs);
+  if (allowed > 0 && options.admissions) {
+    const at = nowMs ?? Date.now();
+    for (const counter of counters) {
+      if (counter.shadow) continue;
+      const over = options.admissions.add(
+        counter.key,
+        counter.limit,
+        counter.windowMs,
+        allowed,
+        at,
+      );
+      if (over > 0) options.onOverAdmitted?.(over);
+    }
+  }
+  return results;
+}
