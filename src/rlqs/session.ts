@@ -14,7 +14,7 @@ import { ResourceLimitError } from '../core/errors.js';
 import { planCheck } from '../decision/plan.js';
 import type { PlanPolicy } from '../decision/plan.js';
 import type { RuleSet } from '../rules/types.js';
-import type { Store } from '../store/Store.js';
+import type { CounterCheck, Store } from '../store/Store.js';
 import type { AdmissionWatch } from './admissions.js';
 import {
   assignmentTtlMs,
@@ -27,6 +27,7 @@ import {
 import { bucketCheck, bucketName, bucketPath, type Bucket } from './buckets.js';
 import type { DemandStore } from '../store/demand.js';
 import { charge, poolKey, poolOf, spent } from './charging.js';
+import { checkPlausible, clampElapsed } from './trust.js';
 import { measureDemand, newDemandMeter, type BucketUsage, type DemandMeter } from './usage.js';
 
 export type { BucketUsage } from './usage.js';
@@ -58,6 +59,8 @@ export interface SessionOptions {
   admissions?: AdmissionWatch;
   /** Told of reported allowed requests past their rule's limit in its window. */
   onOverAdmitted?(requests: number): void;
+  /** A monotonic clock in ms, for the time a report could cover; performance.now by default. */
+  monotonic?: () => number;
 }
 
 /** One bucket more than a stream may hold, or a report of more. */
@@ -71,10 +74,26 @@ interface Held extends DemandMeter {
   strategy: Strategy | undefined;
   /** The demand pools it was recorded in, to leave when the stream closes. */
   pools: Set<string>;
+  /** When its last report came (the monotonic clock). */
+  seenAt: number;
+}
+
+/** A bucket of a report, checked, with the counters its rules reach. */
+interface Prepared {
+  name: string;
+  /** The usage, its time_elapsed clamped to what the stream saw. */
+  usage: BucketUsage;
+  /** It matched a rule (that may limit nothing: unlimited). */
+  matched: boolean;
+  counters: CounterCheck[];
+  at: number;
 }
 
 export interface Session {
-  /** The actions for one report's buckets; rejects with StoreError, or BucketLimitError. */
+  /**
+   * The actions for one report's buckets; rejects with StoreError, BucketLimitError, or
+   * InvalidRequestError for a report that claims more than it could have seen (trust.ts).
+   */
   report(domain: string, usages: readonly BucketUsage[]): Promise<BucketAction[]>;
   /** Buckets the stream holds now. */
   buckets(): number;
@@ -85,14 +104,52 @@ export interface Session {
 const sameStrategy = (a: Strategy | undefined, b: Strategy): boolean =>
   a !== undefined && JSON.stringify(a) === JSON.stringify(b);
 
-function newHeld(): Held {
+function newHeld(seenAt: number): Held {
   return {
     ...newDemandMeter(),
+    seenAt,
     matched: false,
     lastRate: undefined,
     strategy: undefined,
     pools: new Set(),
   };
+}
+
+/**
+ * A bucket of a report, read against the rules and the bounds of what it may claim (trust.ts),
+ * before anything of the report is charged or recorded: throws InvalidRequestError. `seenAt`:
+ * when the stream last heard of the bucket, or opened.
+ */
+function prepare(
+  options: SessionOptions,
+  report: { domain: string; usage: BucketUsage; index: number; at: number; seenAt: number },
+): Prepared {
+  const { domain, usage, at } = report;
+  const seenMs = at - report.seenAt;
+  const elapsedMs = clampElapsed(usage.elapsedMs, seenMs);
+  const ruleSet = options.rules();
+  const rules = ruleSet.domains.get(domain);
+  const path = rules && bucketPath(rules, usage.bucket);
+  const counters = path
+    ? planCheck(bucketCheck(domain, path, 1), ruleSet, options.plan, path.nodes).counters
+    : [];
+  checkPlausible(usage, report.index, elapsedMs ?? Math.max(0, seenMs), counters);
+  const name = bucketName(usage.bucket);
+  return { name, usage: { ...usage, elapsedMs }, matched: path !== undefined, counters, at };
+}
+
+/** The token bucket of the consumer's budget, or the one it holds while the rate has not moved enough. */
+function tokenBucketStrategy(state: Held, shares: readonly PoolShare[]): Strategy {
+  const budget = consumerBudget(shares);
+  if (
+    !movedEnough(state.lastRate, budget.ratePerSecond) &&
+    state.strategy?.kind === 'token_bucket'
+  ) {
+    return state.strategy;
+  }
+  const strategy: Strategy = { kind: 'token_bucket', ...tokenBucketFor(budget) };
+  if (!sameStrategy(state.strategy, strategy)) state.lastRate = budget.ratePerSecond;
+  return strategy;
 }
 
 export function createSession(options: SessionOptions): Session {
@@ -101,8 +158,11 @@ export function createSession(options: SessionOptions): Session {
   /** A bucket of this stream, as a consumer of its rules' demand pools. */
   const consumerOf = (name: string) => `${options.streamId}|${name}`;
 
-  async function one(domain: string, usage: BucketUsage): Promise<BucketAction> {
-    const name = bucketName(usage.bucket);
+  const monotonic = options.monotonic ?? (() => performance.now());
+  const openedAt = monotonic();
+
+  async function one(prepared: Prepared): Promise<BucketAction> {
+    const { name, usage, counters } = prepared;
     let state = held.get(name);
     if (state === undefined) {
       if (held.size >= options.maxBuckets) {
@@ -110,24 +170,19 @@ export function createSession(options: SessionOptions): Session {
           `this stream holds ${options.maxBuckets} buckets, RLQS_MAX_BUCKETS_PER_STREAM`,
         );
       }
-      state = newHeld();
+      state = newHeld(openedAt);
       held.set(name, state);
     }
+    state.seenAt = prepared.at;
     const demand = measureDemand(state, usage);
     const ttlMs = assignmentTtlMs(state.intervalMs, options.ttlFloorMs);
-    const ruleSet = options.rules();
-    const rules = ruleSet.domains.get(domain);
-    const path = rules && bucketPath(rules, usage.bucket);
-    const counters = path
-      ? planCheck(bucketCheck(domain, path, 1), ruleSet, options.plan, path.nodes).counters
-      : [];
     if (counters.length === 0) {
-      if (state.matched && path === undefined) {
+      if (state.matched && !prepared.matched) {
         held.delete(name);
         return { bucket: usage.bucket, kind: 'abandon' };
       }
       const strategy = blanket(
-        path === undefined && options.unmatched === 'deny' ? 'DENY_ALL' : 'ALLOW_ALL',
+        !prepared.matched && options.unmatched === 'deny' ? 'DENY_ALL' : 'ALLOW_ALL',
       );
       state.strategy = strategy;
       return { bucket: usage.bucket, kind: 'assign', strategy, ttlMs };
@@ -144,11 +199,14 @@ export function createSession(options: SessionOptions): Session {
       enforced.map(async (counter) => {
         const key = poolKey(counter);
         state.pools.add(key);
-        const pool = await options.demand.record(key, consumerOf(name), demand, ttlMs, nowMs);
+        const rule = poolOf(counter);
+        // No consumer can use more than the whole pool: what it claims past that takes nothing.
+        const own = Math.min(demand, rule.ratePerSecond);
+        const pool = await options.demand.record(key, consumerOf(name), own, ttlMs, nowMs);
         // Past the pool's consumer bound this one is not recorded, but its share still counts it.
-        const totalDemand = pool.recorded ? pool.totalDemand : pool.totalDemand + demand;
+        const totalDemand = pool.recorded ? pool.totalDemand : pool.totalDemand + own;
         const consumers = pool.recorded ? pool.consumers : pool.consumers + 1;
-        return { pool: poolOf(counter), demand, totalDemand, consumers };
+        return { pool: rule, demand: own, totalDemand, consumers };
       }),
     );
     if (spent(counters, results, state.intervalMs)) {
@@ -157,22 +215,18 @@ export function createSession(options: SessionOptions): Session {
       state.strategy = blanket('DENY_ALL');
       return { bucket: usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
     }
-    const budget = consumerBudget(shares);
-    if (
-      !movedEnough(state.lastRate, budget.ratePerSecond) &&
-      state.strategy?.kind === 'token_bucket'
-    ) {
-      return { bucket: usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
-    }
-    const strategy: Strategy = { kind: 'token_bucket', ...tokenBucketFor(budget) };
-    if (!sameStrategy(state.strategy, strategy)) state.lastRate = budget.ratePerSecond;
-    state.strategy = strategy;
-    return { bucket: usage.bucket, kind: 'assign', strategy, ttlMs };
+    state.strategy = tokenBucketStrategy(state, shares);
+    return { bucket: usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
   }
 
   return {
     async report(domain, usages) {
-      return Promise.all(usages.map((usage) => one(domain, usage)));
+      const at = monotonic();
+      const prepared = usages.map((usage, index) => {
+        const seenAt = held.get(bucketName(usage.bucket))?.seenAt ?? openedAt;
+        return prepare(options, { domain, usage, index, at, seenAt });
+      });
+      return Promise.all(prepared.map(one));
     },
     buckets: () => held.size,
     async close() {
