@@ -10,7 +10,7 @@
  *    the TTL) unless the rate moved by more than 10%; a blanket rule when no counter limits it;
  *    `abandon_action` when the rule it matched is gone.
  */
-import { ResourceLimitError } from '../core/errors.js';
+import { ResourceLimitError, StoreError } from '../core/errors.js';
 import { planCheck } from '../decision/plan.js';
 import type { PlanPolicy } from '../decision/plan.js';
 import type { RuleSet } from '../rules/types.js';
@@ -91,7 +91,8 @@ interface Prepared {
 
 export interface Session {
   /**
-   * The actions for one report's buckets; rejects with StoreError, BucketLimitError, or
+   * The actions for one report's buckets; rejects with StoreError once the store has failed for
+   * longer than an assignment's TTL, BucketLimitError, or
    * InvalidRequestError for a report that claims more than it could have seen (trust.ts).
    */
   report(domain: string, usages: readonly BucketUsage[]): Promise<BucketAction[]>;
@@ -152,6 +153,67 @@ function tokenBucketStrategy(state: Held, shares: readonly PoolShare[]): Strateg
   return strategy;
 }
 
+/**
+ * Records a bucket's demand in the pool of each of its enforced counters, and reads back each
+ * pool's: the bucket's shares.
+ */
+async function recordDemand(
+  options: SessionOptions,
+  state: Held,
+  enforced: readonly CounterCheck[],
+  bucket: { consumer: string; demand: number; ttlMs: number; nowMs: number | undefined },
+): Promise<PoolShare[]> {
+  const { consumer, demand, ttlMs, nowMs } = bucket;
+  return Promise.all(
+    enforced.map(async (counter) => {
+      const key = poolKey(counter);
+      state.pools.add(key);
+      const rule = poolOf(counter);
+      // No consumer can use more than the whole pool: what it claims past that takes nothing.
+      const own = Math.min(demand, rule.ratePerSecond);
+      const pool = await options.demand.record(key, consumer, own, ttlMs, nowMs);
+      // Past the pool's consumer bound this one is not recorded, but its share still counts it.
+      const totalDemand = pool.recorded ? pool.totalDemand : pool.totalDemand + own;
+      const consumers = pool.recorded ? pool.consumers : pool.consumers + 1;
+      return { pool: rule, demand: own, totalDemand, consumers };
+    }),
+  );
+}
+
+/**
+ * A bucket's action, or, while the store fails, what it was last told: a stream outlives a slow
+ * or lost store for an assignment's TTL, and ends UNAVAILABLE (Envoy then falls back) only past
+ * it. A bucket never assigned gets no action meanwhile, and a stream the store has never answered
+ * ends at once: it has nothing to answer from. The failed call is not sent again: it may have
+ * been applied, and its charge would land twice.
+ */
+function outliveStore(
+  options: SessionOptions,
+  held: ReadonlyMap<string, Held>,
+  monotonic: () => number,
+  one: (prepared: Prepared) => Promise<BucketAction>,
+): (prepared: Prepared) => Promise<BucketAction | undefined> {
+  /** Since when the store has failed this stream's calls, with none answered since. */
+  let failingSince: number | undefined;
+  let answered = false;
+  return async (prepared) => {
+    try {
+      const action = await one(prepared);
+      failingSince = undefined;
+      answered = true;
+      return action;
+    } catch (error) {
+      if (!(error instanceof StoreError) || !answered) throw error;
+      failingSince ??= prepared.at;
+      const state = held.get(prepared.name);
+      const ttlMs = assignmentTtlMs(state?.intervalMs, options.ttlFloorMs);
+      if (monotonic() - failingSince >= ttlMs) throw error;
+      if (state?.strategy === undefined) return undefined;
+      return { bucket: prepared.usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
+    }
+  };
+}
+
 export function createSession(options: SessionOptions): Session {
   const held = new Map<string, Held>();
   const blanket = (rule: 'ALLOW_ALL' | 'DENY_ALL'): Strategy => ({ kind: 'blanket', rule });
@@ -195,20 +257,12 @@ export function createSession(options: SessionOptions): Session {
       state.strategy = blanket('ALLOW_ALL');
       return { bucket: usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
     }
-    const shares: PoolShare[] = await Promise.all(
-      enforced.map(async (counter) => {
-        const key = poolKey(counter);
-        state.pools.add(key);
-        const rule = poolOf(counter);
-        // No consumer can use more than the whole pool: what it claims past that takes nothing.
-        const own = Math.min(demand, rule.ratePerSecond);
-        const pool = await options.demand.record(key, consumerOf(name), own, ttlMs, nowMs);
-        // Past the pool's consumer bound this one is not recorded, but its share still counts it.
-        const totalDemand = pool.recorded ? pool.totalDemand : pool.totalDemand + own;
-        const consumers = pool.recorded ? pool.consumers : pool.consumers + 1;
-        return { pool: rule, demand: own, totalDemand, consumers };
-      }),
-    );
+    const shares = await recordDemand(options, state, enforced, {
+      consumer: consumerOf(name),
+      demand,
+      ttlMs,
+      nowMs,
+    });
     if (spent(counters, results, state.intervalMs)) {
       // Classic checks (or fallbacks) took the window: denied until a report after it rolls over.
       state.lastRate = 0;
@@ -219,6 +273,8 @@ export function createSession(options: SessionOptions): Session {
     return { bucket: usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
   }
 
+  const answer = outliveStore(options, held, monotonic, one);
+
   return {
     async report(domain, usages) {
       const at = monotonic();
@@ -226,7 +282,8 @@ export function createSession(options: SessionOptions): Session {
         const seenAt = held.get(bucketName(usage.bucket))?.seenAt ?? openedAt;
         return prepare(options, { domain, usage, index, at, seenAt });
       });
-      return Promise.all(prepared.map(one));
+      const actions = await Promise.all(prepared.map(answer));
+      return actions.filter((action) => action !== undefined);
     },
     buckets: () => held.size,
     async close() {
