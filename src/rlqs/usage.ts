@@ -64,8 +64,10 @@ export function measureDemand(state: DemandMeter, usage: BucketUsage): number {
         : state.demand + DEMAND_SMOOTHING * (measured - state.demand);
     state.pending = { requests: 0, elapsedMs: 0 };
   } else if (state.demand === undefined) {
-    // A first estimate, until a whole span has been seen.
-    const seconds = Math.max(SHORTEST_INTERVAL_MS, state.pending.elapsedMs) / 1000;
+    // A first estimate, until a whole span has been seen: never more than the reports show over
+    // a span. Envoy's immediate report for a new bucket says 0 s (it truncates to whole
+    // seconds), and its requests came over up to a second.
+    const seconds = Math.max(DEMAND_SPAN_MS, state.pending.elapsedMs) / 1000;
     return state.pending.requests / seconds;
   }
   return state.demand;

@@ -151,6 +151,19 @@ describe('an RLQS stream', () => {
     expect(rateOf(next)).toBeCloseTo(10 * (59 / 60), 0);
   });
 
+  it('takes a joining bucket at no more demand than its first report shows', async () => {
+    // 1,000 a second, so that neither client's demand is capped at the rule's rate.
+    const { session } = fleet({ current: load(RULES.replace('600,', '60000,')) });
+    const [a, b] = [session('a'), session('b')];
+    for (let i = 0; i < 3; i++) await a.report('quota', [usage({ tenant: 'j' }, 0, 40)]);
+    // Envoy's immediate report for a new bucket: 41 requests, time_elapsed truncated to 0 s.
+    const [joined] = await b.report('quota', [{ ...usage({ tenant: 'j' }, 0, 41), elapsedMs: 0 }]);
+    const [kept] = await a.report('quota', [usage({ tenant: 'j' }, 0, 40)]);
+    // About even: 41 a second against 40, not 410 against 40.
+    expect(rateOf(joined)).toBeLessThan(600);
+    expect(rateOf(kept)).toBeGreaterThan(400);
+  });
+
   it("gives a closed stream's share to the others at their next report", async () => {
     const { session } = fleet({ current: load(RULES) });
     const [a, b] = [session('a'), session('b')];
