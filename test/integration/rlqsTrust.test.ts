@@ -182,3 +182,44 @@ describe.each([
     expect(metricValue(text, 'tollgate_rlqs_over_admitted_total') ?? 0).toBe(0);
   });
 });
+
+describe('a report of 1,000 buckets on Redis, at the default REDIS_TIMEOUT', () => {
+  it('is answered whole, a part at a time, while classic checks beside it are answered', async () => {
+    await redis.client.flushall();
+    const tollgate = await startTollgate({
+      rules: RULES,
+      redisUrl: redis.url,
+      clock: {
+        get now() {
+          return Date.now();
+        },
+        advance: () => undefined,
+      },
+      env: { REDIS_TIMEOUT: '15ms' },
+    });
+    const stream = openRlqs(tollgate.address);
+    try {
+      const buckets = Array.from({ length: 1_000 }, (_, i) => ({ slow: `tenant-${i}` }));
+      stream.stream.write({
+        domain: 'quota',
+        bucket_quota_usages: buckets.map((bucket) => ({
+          bucket_id: { bucket },
+          time_elapsed: { seconds: 1 },
+          num_requests_allowed: '1',
+          num_requests_denied: '0',
+        })),
+      });
+      const classic = Promise.all(
+        Array.from({ length: 20 }, (_, i) =>
+          tollgate.check({ domain: 'quota', descriptors: [d('tenant', `beside-${i}`)] }),
+        ),
+      );
+      const answer = (await stream.next()) as { bucket_action: unknown[] };
+      expect(answer.bucket_action).toHaveLength(1_000);
+      for (const response of await classic) expect(codes(response)).toEqual(['OK', 'OK']);
+    } finally {
+      stream.close();
+      await tollgate.stop();
+    }
+  }, 60_000);
+});
