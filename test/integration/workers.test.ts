@@ -13,6 +13,7 @@ import {
 } from '../support/processes.js';
 import { freePort } from '../support/ports.js';
 import { startRedis, type TestRedis } from '../support/redis.js';
+import { openRlqs, usageReport, type RlqsTestStream } from '../support/rlqsClient.js';
 import { callCheck, d, eventually, writeRules } from '../support/tollgate.js';
 import { raceRules } from '../support/raceRules.js';
 
@@ -101,7 +102,9 @@ async function connect(address: string, count: number, reach?: { pids: number[];
  * process cannot be mistaken for them (grpc-js retries the health probes' refused connections
  * in the background, long after the probe).
  */
-async function localPorts(client: RateLimitClient): Promise<number[]> {
+async function localPorts(client: {
+  getChannel(): { getChannelzRef(): { id: number } };
+}): Promise<number[]> {
   type Ref = { subchannel_id?: string; socket_id?: string };
   const ask = <Reply>(handler: unknown, request: object) =>
     new Promise<Reply>((resolve, reject) =>
@@ -302,6 +305,57 @@ describe('WORKERS=2 on one Redis', () => {
     // One exposition, not one per worker.
     const exposition = await scrape(tollgate.httpUrl);
     expect(exposition.match(/^# HELP ratelimit_service_rate_limit_total_hits /gm)).toHaveLength(1);
+  });
+
+  it('shares an RLQS rule over streams on both workers, through demand in Redis', async () => {
+    // Four streams, each on a connection of its own, until both workers hold some.
+    const streams: RlqsTestStream[] = [];
+    const streamPorts = new Set<number>();
+    const pids = readyPids(tollgate);
+    try {
+      while (
+        streams.length < 4 ||
+        (connectionsHeld(pids, grpcPort(tollgate), streamPorts).some((n) => n === 0) &&
+          streams.length < 12)
+      ) {
+        const stream = openRlqs(tollgate.address, { 'grpc.use_local_subchannel_pool': 1 });
+        streams.push(stream);
+        stream.stream.write(usageReport({ counted: 'rlqs' }, 0, 'workers', 10));
+        await stream.next();
+        for (const port of await localPorts({ getChannel: () => stream.channel })) {
+          streamPorts.add(port);
+        }
+      }
+      const held = connectionsHeld(pids, grpcPort(tollgate), streamPorts);
+      expect(held.every((n) => n >= 1)).toBe(true);
+      // Once every stream has told its demand, each gets its part of the rule's 100,000 an hour
+      // (27.8 a second): about a quarter with four streams, whichever worker holds it. Demand kept
+      // per worker would give the streams of a worker that holds two of them half each.
+      const rates: number[] = [];
+      for (const stream of streams) {
+        stream.stream.write(usageReport({ counted: 'rlqs' }, 0, undefined, 10));
+        const answer = (await stream.next()) as {
+          bucket_action: {
+            quota_assignment_action: {
+              rate_limit_strategy: {
+                token_bucket: {
+                  tokens_per_fill: { value: number };
+                  fill_interval: { seconds: string };
+                };
+              };
+            };
+          }[];
+        };
+        const bucket =
+          answer.bucket_action[0]!.quota_assignment_action.rate_limit_strategy.token_bucket;
+        rates.push(bucket.tokens_per_fill.value / Number(bucket.fill_interval.seconds));
+      }
+      const fair = 100_000 / 3600 / streams.length;
+      for (const rate of rates) expect(rate).toBeLessThanOrEqual(fair * 1.1);
+      expect(rates.reduce((sum, rate) => sum + rate, 0)).toBeGreaterThan((0.8 * 100_000) / 3600);
+    } finally {
+      for (const stream of streams) stream.close();
+    }
   });
 });
 

@@ -30,6 +30,8 @@ function clientConstructor(): grpc.ServiceClientConstructor {
 
 export interface RlqsTestStream {
   stream: Duplex;
+  /** The client's channel, e.g. for channelz. */
+  channel: grpc.ChannelInterface;
   /** The next response, waiting for it when none is queued. */
   next(): Promise<Record<string, unknown>>;
   /** How the stream ended. */
@@ -37,10 +39,13 @@ export interface RlqsTestStream {
   close(): void;
 }
 
-/** A stream to `address`, with a queue of what it received, and how it ended. */
-export function openRlqs(address: string): RlqsTestStream {
+/**
+ * A stream to `address`, with a queue of what it received, and how it ended. `options`: the
+ * channel's (`grpc.use_local_subchannel_pool` gives it a connection of its own).
+ */
+export function openRlqs(address: string, options: grpc.ChannelOptions = {}): RlqsTestStream {
   const Constructor = clientConstructor();
-  const client = new Constructor(address, grpc.credentials.createInsecure());
+  const client = new Constructor(address, grpc.credentials.createInsecure(), options);
   const stream = (client as unknown as { StreamRateLimitQuotas(): Duplex }).StreamRateLimitQuotas();
   const received: Record<string, unknown>[] = [];
   const waiting: (() => void)[] = [];
@@ -58,7 +63,7 @@ export function openRlqs(address: string): RlqsTestStream {
     stream.end();
     client.close();
   };
-  return { stream, next, ended, close };
+  return { stream, channel: client.getChannel(), next, ended, close };
 }
 
 /** A usage report of one bucket over one second; the domain goes in a stream's first. */
