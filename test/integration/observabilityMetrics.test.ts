@@ -14,11 +14,13 @@ import {
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
 import { startPrometheus, type TestPrometheus } from '../support/prometheus.js';
 import { startRedis, type TestRedis } from '../support/redis.js';
+import { openRlqs, usageReport, type RlqsTestStream } from '../support/rlqsClient.js';
 import { callCheck, codes, d, eventually, writeRules } from '../support/tollgate.js';
 
 // deploy/'s dashboard and alerts against the real tollgate under WORKERS=2 (the sums the primary
 // makes) and a real Prometheus scraping it, after traffic that gives their labelled series values:
-// within, near and over a limit, a shadow rule, the over-limit cache, a failed reload, lost Redis.
+// within, near and over a limit, a shadow rule, the over-limit cache, a failed reload, lost Redis,
+// an RLQS stream that reports requests past a limit, and one ended at an RLQS bound.
 
 const LIMIT = 10;
 const RULES = `domain: api
@@ -40,6 +42,8 @@ let redis: TestRedis;
 let tollgate: TollgateProcess;
 let prometheus: TestPrometheus;
 let exposition: string;
+/** Left open, so that the RLQS gauges count it. */
+let rlqs: RlqsTestStream | undefined;
 beforeAll(async () => {
   redis = await startRedis();
   const rulesPath = writeRules(RULES);
@@ -48,6 +52,7 @@ beforeAll(async () => {
     REDIS_URL: redis.url,
     REDIS_TIMEOUT: '1s',
     WORKERS: '2',
+    RLQS_MAX_REPORTS_PER_SECOND: '1',
   });
   prometheus = await startPrometheus(new URL(tollgate.httpUrl).host, [resolve(ALERTS_PATH)]);
 
@@ -57,6 +62,14 @@ beforeAll(async () => {
   for (let i = 0; i < LIMIT + 3; i++) answers.push(codes(await check('tenant', 'acme'))[0]);
   expect(answers.filter((code) => code === 'OK')).toHaveLength(LIMIT);
   for (let i = 0; i < 3; i++) expect(codes(await check('trial', 'initech'))[0]).toBe('OK');
+  // RLQS: 5 requests allowed past the limit of 10, then a stream past its reports a second.
+  rlqs = openRlqs(tollgate.address);
+  rlqs.stream.write(usageReport({ tenant: 'umbrella' }, LIMIT + 5, 'api', 2));
+  expect(await rlqs.next()).toHaveProperty('bucket_action');
+  const chatty = openRlqs(tollgate.address);
+  for (let i = 0; i < 7; i++) chatty.stream.write(usageReport({ tenant: 'hooli' }, 0, 'api', 1));
+  expect((await chatty.ended).details).toMatch(/RLQS_MAX_REPORTS_PER_SECOND/);
+  chatty.close();
   writeFileSync(rulesPath, 'domain: api\ndescriptors: [ broken\n');
   tollgate.child.kill('SIGHUP');
   await redis.kill();
@@ -68,6 +81,7 @@ beforeAll(async () => {
   }, 20_000);
 }, 120_000);
 afterAll(async () => {
+  rlqs?.close();
   await prometheus?.stop();
   await tollgate?.stop();
   await redis?.stop();
@@ -103,9 +117,21 @@ describe('the metrics that the dashboard and the alerts query', () => {
       ['ratelimit_service_response_time_seconds_bucket', 'le="\\+Inf"'],
       ['tollgate_store_errors_total', 'kind="'],
       ['tollgate_config_loads_total', 'result="success"'],
+      ['tollgate_rlqs_requests_reported_total', 'result="allowed"'],
+      ['tollgate_rlqs_requests_reported_total', 'result="denied"'],
+      ['tollgate_rlqs_assignments_total', 'action="'],
+      ['tollgate_bounds_reached_total', 'bound="rlqs_reports"'],
     ];
     for (const [name, label] of expected) expect(counted(name, label), name).toBe(true);
-    expect(exposition).toMatch(/^tollgate_over_limit_cache_hits_total [1-9]/m);
+    for (const name of [
+      'tollgate_over_limit_cache_hits_total',
+      'tollgate_rlqs_streams',
+      'tollgate_rlqs_buckets',
+      'tollgate_rlqs_reports_total',
+      'tollgate_rlqs_over_admitted_total',
+    ]) {
+      expect(exposition, name).toMatch(new RegExp(`^${name} [1-9]`, 'm'));
+    }
   });
 });
 

@@ -96,5 +96,34 @@ prometheusRule.runbookBaseUrl; the rest is Prometheus's own templating, kept out
     summary: 'Rule {{ $labels.domain }} {{ $labels.key1 }}{{ with $labels.key2 }} {{ . }}{{ end }} denies many hits'
     description: >-
       {{ $value | humanizePercentage }} of the hits on {{ $labels.domain }}
-      {{ $labels.key1 }}{{ with $labels.key2 }} {{ . }}{{ end }} have been over its limit for 15 minutes.`}}
+      {{ $labels.key1 }}{{ with $labels.key2 }} {{ . }}{{ end }} have been over its limit for 15 minutes.
+- alert: TollgateRlqsOverAdmission
+  expr: |
+    sum by (job, instance) (rate(tollgate_rlqs_over_admitted_total{job="@JOB@"}[10m]))
+      / sum by (job, instance) (rate(tollgate_rlqs_requests_reported_total{job="@JOB@", result="allowed"}[10m]))
+    > 0.05
+  for: 15m
+  labels:
+    severity: warning
+  annotations:
+    runbook_url: @RUNBOOK@#tollgaterlqsoveradmission
+    summary: 'tollgate {{ $labels.instance }}: RLQS clients admit past their limits'
+    description: >-
+      {{ $value | humanizePercentage }} of the requests that RLQS clients of
+      {{ $labels.instance }} reported allowed have been past their rule's limit for 15
+      minutes, more than the 5% that RLQS keeps to at steady state: the clients let
+      through more than their assignments allow.
+- alert: TollgateRlqsStreamsRefused
+  expr: increase(tollgate_bounds_reached_total{job="@JOB@", bound=~"rlqs_.*", bound!="rlqs_stale"}[15m]) > 0
+  for: 1m
+  labels:
+    severity: warning
+  annotations:
+    runbook_url: @RUNBOOK@#tollgaterlqsstreamsrefused
+    summary: 'tollgate {{ $labels.instance }}: RLQS streams end at {{ $labels.bound }}'
+    description: >-
+      RLQS streams on {{ $labels.instance }} were refused or ended at the bound
+      {{ $labels.bound }} in the last 15 minutes. Their Envoys open them again; until one is
+      answered, their buckets keep their last assignments, then fall back to the filter's
+      behaviour without one.`}}
 {{- end }}
