@@ -108,10 +108,17 @@ export function movedEnough(lastRate: number | undefined, rate: number): boolean
 
 /**
  * An assignment's time to live: a few reporting intervals (learned from the reports'
- * `time_elapsed`), never less than the floor.
+ * `time_elapsed`), never less than the floor. Until a bucket's reports show its interval (its
+ * first assignment answers an immediate report, of 0 s), the interval is taken as Envoy's
+ * filter as released reports, every RELEASED_REPORTING_MS whatever its `reporting_interval`: so
+ * that no assignment expires before the next report of a live stream.
  */
 export const TTL_INTERVALS = 3;
+export const RELEASED_REPORTING_MS = 5_000;
 export function assignmentTtlMs(reportingIntervalMs: number | undefined, floorMs: number): number {
-  if (reportingIntervalMs === undefined || !(reportingIntervalMs > 0)) return floorMs;
-  return Math.max(floorMs, Math.ceil(TTL_INTERVALS * reportingIntervalMs));
+  const interval =
+    reportingIntervalMs !== undefined && reportingIntervalMs > 0
+      ? reportingIntervalMs
+      : RELEASED_REPORTING_MS;
+  return Math.max(floorMs, Math.ceil(TTL_INTERVALS * interval));
 }

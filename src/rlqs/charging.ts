@@ -44,11 +44,20 @@ export const poolKey = (counter: CounterCheck): string => `${counter.key}:rlqs`;
  * would take, at the rule's rate, before this stream's next report (or the window's end, if
  * sooner): classic checks (or fallbacks) have taken more than their part. Denied now, the rest
  * goes to classic checks. Clients alone on a rule keep to its pace, and are never denied so.
+ *
+ * A report's charges land in the window it arrives in, so a fixed window's count also holds what
+ * this stream admitted before the window began, in the part of its first report there that came
+ * before the boundary: `carried[at]`, given back to what is left. Other streams' reports carry
+ * such a part too, and also leave their latest admissions uncharged until their next report; on
+ * streams whose phases differ the two cancel out, and this stream's own, reporting now, is the
+ * one known. With reports as far apart as Envoy's released 5 s, half a window, the part is large:
+ * unseen, a client alone would look spent every window.
  */
 export function spent(
   counters: readonly CounterCheck[],
   results: readonly CounterResult[],
   intervalMs: number | undefined,
+  carried: readonly number[] = [],
 ): boolean {
   return counters.some((counter, at) => {
     const result = results[at];
@@ -60,8 +69,35 @@ export function spent(
       untilNextMs = Math.min(untilNextMs, result.resetMs);
     }
     const expected = (poolOf(counter).ratePerSecond * untilNextMs) / 1_000;
-    return result.remaining <= 0 || result.remaining < expected / 2;
+    const remaining = result.remaining + (carried[at] ?? 0);
+    return remaining <= 0 || remaining < expected / 2;
   });
+}
+
+/** What a stream's reports charged to a fixed window that it admitted before the window began. */
+export interface Carry {
+  /** The window's end, on the session's monotonic clock. */
+  endsAt: number;
+  requests: number;
+}
+
+/**
+ * Adds a report's part from before its window began to `carry` (a new window starts it afresh),
+ * and returns the window's whole carry. The report's allowed requests came evenly over
+ * `coveredMs` before `at`; the window has `resetMs` left of `windowMs`.
+ */
+export function carryOver(
+  carry: Carry | undefined,
+  report: { at: number; allowed: number; coveredMs: number },
+  window: { windowMs: number; resetMs: number },
+): Carry {
+  const endsAt = report.at + window.resetMs;
+  // One window's ends, seen from reports at different times, differ by the calls' latency.
+  const same = carry !== undefined && Math.abs(carry.endsAt - endsAt) < window.windowMs / 2;
+  const sinceStartMs = window.windowMs - window.resetMs;
+  const beforeMs = Math.max(0, report.coveredMs - sinceStartMs);
+  const part = report.coveredMs > 0 ? report.allowed * Math.min(1, beforeMs / report.coveredMs) : 0;
+  return { endsAt, requests: (same ? carry.requests : 0) + part };
 }
 
 /**

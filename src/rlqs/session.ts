@@ -14,7 +14,7 @@ import { ResourceLimitError, StoreError } from '../core/errors.js';
 import { planCheck } from '../decision/plan.js';
 import type { PlanPolicy } from '../decision/plan.js';
 import type { RuleSet } from '../rules/types.js';
-import type { CounterCheck, Store } from '../store/Store.js';
+import type { CounterCheck, CounterResult, Store } from '../store/Store.js';
 import type { AdmissionWatch } from './admissions.js';
 import {
   assignmentTtlMs,
@@ -26,8 +26,8 @@ import {
 } from './assign.js';
 import { bucketCheck, bucketName, bucketPath, type Bucket } from './buckets.js';
 import type { DemandStore } from '../store/demand.js';
-import { charge, poolKey, poolOf, spent } from './charging.js';
-import { checkPlausible, clampElapsed } from './trust.js';
+import { carryOver, charge, poolKey, poolOf, spent, type Carry } from './charging.js';
+import { ELAPSED_SLACK_MS, checkPlausible, clampElapsed } from './trust.js';
 import { measureDemand, newDemandMeter, type BucketUsage, type DemandMeter } from './usage.js';
 
 export type { BucketUsage } from './usage.js';
@@ -76,6 +76,8 @@ interface Held extends DemandMeter {
   pools: Set<string>;
   /** When its last report came (the monotonic clock). */
   seenAt: number;
+  /** Per fixed-window counter key, what its reports carried into the window (charging.ts). */
+  carries: Map<string, Carry>;
 }
 
 /** Buckets of a report whose store calls are sent at once. */
@@ -108,10 +110,31 @@ export interface Session {
 const sameStrategy = (a: Strategy | undefined, b: Strategy): boolean =>
   a !== undefined && JSON.stringify(a) === JSON.stringify(b);
 
+/** The bucket the stream holds under `name`, held now if new; BucketLimitError past the bound. */
+function holdBucket(
+  held: Map<string, Held>,
+  name: string,
+  maxBuckets: number,
+  openedAt: number,
+): Held {
+  let state = held.get(name);
+  if (state === undefined) {
+    if (held.size >= maxBuckets) {
+      throw new BucketLimitError(
+        `this stream holds ${maxBuckets} buckets, RLQS_MAX_BUCKETS_PER_STREAM`,
+      );
+    }
+    state = newHeld(openedAt);
+    held.set(name, state);
+  }
+  return state;
+}
+
 function newHeld(seenAt: number): Held {
   return {
     ...newDemandMeter(),
     seenAt,
+    carries: new Map(),
     matched: false,
     lastRate: undefined,
     strategy: undefined,
@@ -217,6 +240,28 @@ function outliveStore(
   };
 }
 
+/**
+ * Per counter, what this bucket's reports charged to its fixed window that they admitted before
+ * the window began (charging.ts, carryOver), this report's part added; 0 for other algorithms.
+ */
+function carriedInto(
+  state: Held,
+  counters: readonly CounterCheck[],
+  results: readonly CounterResult[],
+  report: { at: number; allowed: number; coveredMs: number },
+): number[] {
+  return counters.map((counter, at) => {
+    const result = results[at];
+    if (counter.algorithm !== 'fixed_window' || result === undefined || result.resetMs < 0) {
+      return 0;
+    }
+    const window = { windowMs: counter.windowMs, resetMs: result.resetMs };
+    const carry = carryOver(state.carries.get(counter.key), report, window);
+    state.carries.set(counter.key, carry);
+    return carry.requests;
+  });
+}
+
 export function createSession(options: SessionOptions): Session {
   const held = new Map<string, Held>();
   const blanket = (rule: 'ALLOW_ALL' | 'DENY_ALL'): Strategy => ({ kind: 'blanket', rule });
@@ -228,16 +273,13 @@ export function createSession(options: SessionOptions): Session {
 
   async function one(prepared: Prepared): Promise<BucketAction> {
     const { name, usage, counters } = prepared;
-    let state = held.get(name);
-    if (state === undefined) {
-      if (held.size >= options.maxBuckets) {
-        throw new BucketLimitError(
-          `this stream holds ${options.maxBuckets} buckets, RLQS_MAX_BUCKETS_PER_STREAM`,
-        );
-      }
-      state = newHeld(openedAt);
-      held.set(name, state);
-    }
+    const state = holdBucket(held, name, options.maxBuckets, openedAt);
+    // The time this report's requests came over, on this side's clock (Envoy's whole seconds
+    // would lose up to one), at most a second past what it says.
+    const coveredMs = Math.min(
+      prepared.at - state.seenAt,
+      (usage.elapsedMs ?? 0) + ELAPSED_SLACK_MS,
+    );
     state.seenAt = prepared.at;
     const demand = measureDemand(state, usage);
     const ttlMs = assignmentTtlMs(state.intervalMs, options.ttlFloorMs);
@@ -266,7 +308,12 @@ export function createSession(options: SessionOptions): Session {
       ttlMs,
       nowMs,
     });
-    if (spent(counters, results, state.intervalMs)) {
+    const carried = carriedInto(state, counters, results, {
+      at: prepared.at,
+      allowed: usage.allowed,
+      coveredMs,
+    });
+    if (spent(counters, results, state.intervalMs, carried)) {
       // Classic checks (or fallbacks) took the window: denied until a report after it rolls over.
       state.lastRate = 0;
       state.strategy = blanket('DENY_ALL');

@@ -10,6 +10,7 @@ import { ruleQuota } from '../../../src/decision/quota.js';
 import { loadRules } from '../../../src/rules/loadRules.js';
 import type { RuleSet } from '../../../src/rules/types.js';
 import { createAdmissionWatch } from '../../../src/rlqs/admissions.js';
+import { carryOver } from '../../../src/rlqs/charging.js';
 import { createMemoryDemand } from '../../../src/store/demand.js';
 import {
   BucketLimitError,
@@ -230,5 +231,33 @@ describe('an RLQS stream', () => {
     await expect(a.report('quota', [usage({ tenant: '3' }, 1)])).rejects.toThrow(
       /RLQS_MAX_BUCKETS_PER_STREAM/,
     );
+  });
+});
+
+describe("a report's part from before its window began", () => {
+  const window = { windowMs: 10_000, resetMs: 4_000 };
+  it('is the share of its time before the boundary, added up within one window', () => {
+    // 6 s into the window, a report of 500 over 5 s: all of it came after the boundary.
+    expect(carryOver(undefined, { at: 100_000, allowed: 500, coveredMs: 5_000 }, window)).toEqual({
+      endsAt: 104_000,
+      requests: 0,
+    });
+    // 1 s into the window, a report of 500 over 5 s: 4 s of it, 400, came before.
+    const first = carryOver(
+      undefined,
+      { at: 95_000, allowed: 500, coveredMs: 5_000 },
+      { windowMs: 10_000, resetMs: 9_000 },
+    );
+    expect(first).toEqual({ endsAt: 104_000, requests: 400 });
+    // The same window, seen a few milliseconds apart, adds up; the next window starts afresh.
+    expect(carryOver(first, { at: 100_003, allowed: 500, coveredMs: 5_000 }, window).requests).toBe(
+      400,
+    );
+    const next = carryOver(
+      first,
+      { at: 105_000, allowed: 500, coveredMs: 5_000 },
+      { windowMs: 10_000, resetMs: 9_000 },
+    );
+    expect(next).toEqual({ endsAt: 114_000, requests: 400 });
   });
 });
