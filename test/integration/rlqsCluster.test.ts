@@ -4,7 +4,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { keySlot } from '../../src/store/slots.js';
 import { startRedisCluster, type TestCluster } from '../support/redisCluster.js';
-import { openRlqs, usageReport, type RlqsTestStream } from '../support/rlqsClient.js';
+import {
+  firstAssignment,
+  openRlqs,
+  usageReport,
+  type RlqsTestStream,
+} from '../support/rlqsClient.js';
 import {
   codes,
   d,
@@ -49,23 +54,7 @@ async function keysByNode(): Promise<Map<string, number>> {
   return found;
 }
 
-const rateOf = (response: Record<string, unknown>): number => {
-  const bucket = (
-    response as {
-      bucket_action: {
-        quota_assignment_action: {
-          rate_limit_strategy: {
-            token_bucket: {
-              tokens_per_fill: { value: number };
-              fill_interval: { seconds: string };
-            };
-          };
-        };
-      }[];
-    }
-  ).bucket_action[0]!.quota_assignment_action.rate_limit_strategy.token_bucket;
-  return bucket.tokens_per_fill.value / Number(bucket.fill_interval.seconds);
-};
+const rateOf = (response: Record<string, unknown>) => firstAssignment(response).rate;
 
 describe('RLQS on Redis Cluster', () => {
   it('charges the counter classic checks read, and keeps demand in its slot, shared by instances', async () => {

@@ -11,8 +11,10 @@ import {
   jain,
   measuredWindows,
   realClock,
+  equalClients,
+  skewedClients,
 } from '../support/rlqsFleet.js';
-import { buildRlqsSim, runSimulation, type SimClient, type SimResult } from '../support/rlqsSim.js';
+import { buildRlqsSim, runSimulation, type SimResult } from '../support/rlqsSim.js';
 import { startTollgate, type Tollgate } from '../support/tollgate.js';
 
 let tollgate: Tollgate;
@@ -27,16 +29,8 @@ afterAll(async () => {
 const admittedPerWindow = (result: SimResult) =>
   measuredWindows(result).map((w) => w.total.admitted);
 
-const equal = (n: number): SimClient[] => [
-  { name: 'envoy', count: n, rps: 600 / n, jitter: 0.2, buckets: [] },
-];
-const skewed = (n: number): SimClient[] =>
-  Array.from({ length: n }, (_, i) => ({
-    name: `envoy${i}`,
-    rps: (1200 / (n * (n + 1))) * (i + 1),
-    jitter: 0.2,
-    buckets: [],
-  }));
+const equal = equalClients;
+const skewed = skewedClients;
 
 describe('an RLQS fleet on one bucket', () => {
   const cases = [

@@ -6,6 +6,7 @@ import * as grpc from '@grpc/grpc-js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startRedis, type TestRedis } from '../support/redis.js';
+import { realClock } from '../support/rlqsFleet.js';
 import { openRlqs, rlqsHealth, usageReport } from '../support/rlqsClient.js';
 import { eventually, startTollgate, type Tollgate } from '../support/tollgate.js';
 
@@ -23,12 +24,7 @@ beforeAll(async () => {
   tollgate = await startTollgate({
     rules: RULES,
     redisUrl: redis.url,
-    clock: {
-      get now() {
-        return Date.now();
-      },
-      advance: () => undefined,
-    },
+    clock: realClock,
     env: { REDIS_TIMEOUT: '100ms' },
   });
 });

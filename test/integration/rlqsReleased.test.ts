@@ -12,23 +12,17 @@ import {
   jain,
   measuredWindows,
   realClock,
+  equalClients,
+  skewedClients,
 } from '../support/rlqsFleet.js';
-import { buildRlqsSim, runSimulation, type SimClient, type SimResult } from '../support/rlqsSim.js';
+import { buildRlqsSim, runSimulation, type SimResult } from '../support/rlqsSim.js';
 import { startTollgate, type Tollgate } from '../support/tollgate.js';
 
 /** Envoy v1.40's timer. */
 const RELEASED_INTERVAL = 5_000;
 
-const equal = (n: number): SimClient[] => [
-  { name: 'envoy', count: n, rps: 600 / n, jitter: 0.2, buckets: [] },
-];
-const skewed = (n: number): SimClient[] =>
-  Array.from({ length: n }, (_, i) => ({
-    name: `envoy${i}`,
-    rps: (1200 / (n * (n + 1))) * (i + 1),
-    jitter: 0.2,
-    buckets: [],
-  }));
+const equal = equalClients;
+const skewed = skewedClients;
 
 let tollgate: Tollgate;
 const results = new Map<string, SimResult>();

@@ -6,8 +6,9 @@
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { metricValue } from '../support/metrics.js';
+import { realClock } from '../support/rlqsFleet.js';
 import { startRedis, type TestRedis } from '../support/redis.js';
-import { openRlqs, type RlqsTestStream } from '../support/rlqsClient.js';
+import { firstAssignment, openRlqs, type RlqsTestStream } from '../support/rlqsClient.js';
 import { codes, d, startTollgate, type Tollgate } from '../support/tollgate.js';
 
 // 400 per 10 s: a rate of 40 a second, 36 of it handed out (a second of it is kept back).
@@ -47,38 +48,11 @@ function report(
   };
 }
 
-interface Assignment {
-  ttlSeconds: number;
-  rate: number;
-}
-
-/** The one bucket's assignment in a response: its TTL, and its token bucket's rate (0: blanket). */
-function assignmentOf(response: Record<string, unknown>): Assignment {
-  const action = (
-    response as {
-      bucket_action: {
-        quota_assignment_action: {
-          assignment_time_to_live: { seconds: string };
-          rate_limit_strategy: {
-            token_bucket?: {
-              tokens_per_fill: { value: number };
-              fill_interval: { seconds: string };
-            };
-          };
-        };
-      }[];
-    }
-  ).bucket_action[0]!.quota_assignment_action;
-  const bucket = action.rate_limit_strategy.token_bucket;
-  return {
-    ttlSeconds: Number(action.assignment_time_to_live.seconds),
-    rate: bucket ? bucket.tokens_per_fill.value / Number(bucket.fill_interval.seconds) : 0,
-  };
-}
+type Assignment = ReturnType<typeof firstAssignment>;
 
 async function exchange(stream: RlqsTestStream, message: object): Promise<Assignment> {
   stream.stream.write(message);
-  return assignmentOf(await stream.next());
+  return firstAssignment(await stream.next());
 }
 
 describe.each([
@@ -97,12 +71,7 @@ describe.each([
     tollgate = await startTollgate({
       rules: RULES,
       redisUrl: url(),
-      clock: {
-        get now() {
-          return Date.now();
-        },
-        advance: () => undefined,
-      },
+      clock: realClock,
     });
   });
   afterAll(async () => {
@@ -189,12 +158,7 @@ describe('a report of 1,000 buckets on Redis, at the default REDIS_TIMEOUT', () 
     const tollgate = await startTollgate({
       rules: RULES,
       redisUrl: redis.url,
-      clock: {
-        get now() {
-          return Date.now();
-        },
-        advance: () => undefined,
-      },
+      clock: realClock,
       env: { REDIS_TIMEOUT: '15ms' },
     });
     const stream = openRlqs(tollgate.address);

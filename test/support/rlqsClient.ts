@@ -102,3 +102,33 @@ export async function rlqsHealth(address: string): Promise<string> {
     health.close();
   }
 }
+
+/**
+ * The first bucket action of a response: its assignment's TTL in seconds, and its token bucket's
+ * rate in tokens a second (0 for a blanket rule).
+ */
+export function firstAssignment(response: Record<string, unknown>): {
+  ttlSeconds: number;
+  rate: number;
+} {
+  const action = (
+    response as {
+      bucket_action: {
+        quota_assignment_action: {
+          assignment_time_to_live: { seconds: string };
+          rate_limit_strategy: {
+            token_bucket?: {
+              tokens_per_fill: { value: number };
+              fill_interval: { seconds: string };
+            };
+          };
+        };
+      }[];
+    }
+  ).bucket_action[0]!.quota_assignment_action;
+  const bucket = action.rate_limit_strategy.token_bucket;
+  return {
+    ttlSeconds: Number(action.assignment_time_to_live.seconds),
+    rate: bucket ? bucket.tokens_per_fill.value / Number(bucket.fill_interval.seconds) : 0,
+  };
+}

@@ -71,3 +71,17 @@ export function jain(result: SimResult): number {
   const sum = x.reduce((a, b) => a + b, 0);
   return (sum * sum) / (x.length * x.reduce((a, b) => a + b * b, 0));
 }
+
+/** `n` equal clients, 600 requests a second between them: three times R. */
+export const equalClients = (n: number): SimClient[] => [
+  { name: 'envoy', count: n, rps: 600 / n, jitter: 0.2, buckets: [] },
+];
+
+/** `n` clients whose demands are 1, 2, ... n parts of 1,200 a second over n(n + 1)/2. */
+export const skewedClients = (n: number): SimClient[] =>
+  Array.from({ length: n }, (_, i) => ({
+    name: `envoy${i}`,
+    rps: (1200 / (n * (n + 1))) * (i + 1),
+    jitter: 0.2,
+    buckets: [],
+  }));

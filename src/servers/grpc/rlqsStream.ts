@@ -22,6 +22,7 @@ import * as grpc from '@grpc/grpc-js';
 import { InvalidRequestError } from '../../core/errors.js';
 import type { Bucket } from '../../rlqs/buckets.js';
 import type { RlqsEvent, RlqsGauges } from '../../rlqs/events.js';
+import type { RlqsSettings } from '../../rlqs/rlqsSettings.js';
 import {
   BucketLimitError,
   type BucketAction,
@@ -44,20 +45,22 @@ export type RlqsStreamHandler = (
   transport: RlqsTransport,
 ) => void;
 
-export interface RlqsStreamOptions {
+/**
+ * The streams' bounds, as RlqsSettings names them (RLQS_MAX_BUCKETS_PER_STREAM also bounds the
+ * usages of one report).
+ */
+export interface RlqsStreamOptions extends Pick<
+  RlqsSettings,
+  | 'maxStreams'
+  | 'maxBucketsPerStream'
+  | 'maxReportsPerSecond'
+  | 'staleMs'
+  | 'maxQueuedBytes'
+  | 'maxQueuedBytesTotal'
+  | 'unreadMs'
+> {
   /** A new stream's session, under a name unique across instances. */
   session(streamId: string): Session;
-  maxStreams: number;
-  /** RLQS_MAX_BUCKETS_PER_STREAM, which also bounds the usages of one report. */
-  maxBucketsPerStream: number;
-  maxReportsPerSecond: number;
-  staleMs: number;
-  /** RLQS_MAX_QUEUED_BYTES: bytes of answers a stream's client has not taken yet. */
-  maxQueuedBytes: number;
-  /** RLQS_MAX_QUEUED_BYTES_TOTAL: the same bytes across the process's streams. */
-  maxQueuedBytesTotal: number;
-  /** RLQS_UNREAD_TIMEOUT: how long an answer may wait for its client to take it. */
-  unreadMs: number;
   /** Told of each report answered, stream opened and closed, for metrics. */
   onEvent?(event: RlqsEvent): void;
   /** Told of a failure that is a bug, for the log; the stream ends INTERNAL. */
