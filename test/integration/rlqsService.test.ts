@@ -7,7 +7,7 @@ import { readSettings } from '../../src/process/settings.js';
 import { metricValue } from '../support/metrics.js';
 import { startRedis, type TestRedis } from '../support/redis.js';
 import { openRlqs, rlqsHealth, usageReport } from '../support/rlqsClient.js';
-import { codes, d, startTollgate, type Tollgate } from '../support/tollgate.js';
+import { codes, d, manualClock, startTollgate, type Tollgate } from '../support/tollgate.js';
 
 const RULES = `
 domain: quota
@@ -39,7 +39,13 @@ describe.each([
 ])('RLQS in tollgate serve, %s', (_name, url) => {
   let tollgate: Tollgate;
   beforeAll(async () => {
-    tollgate = await startTollgate({ rules: RULES, redisUrl: url() });
+    // Half a minute into the rule's window: a report's requests came within it, not before it
+    // (a report at a window's start carries what its stream admitted in the window before).
+    tollgate = await startTollgate({
+      rules: RULES,
+      redisUrl: url(),
+      clock: manualClock(Date.UTC(2030, 0, 1, 0, 0, 30)),
+    });
   });
   afterAll(async () => {
     await tollgate?.stop();
