@@ -317,8 +317,9 @@ describe('the largest valid file', () => {
     // (about 490 MB on Node 20, 520 on Node 24).
     expect(rssPeak).toBeLessThan(560);
     expect(calls.failed).toBe(0);
-    // About 100 ms at most; the margin is for a loaded machine.
-    expect(calls.slowestMs).toBeLessThan(300);
+    // About 100 ms at most alone; beside a second test suite one call took 305 ms. A load on the
+    // serving thread would hold calls for seconds (the load takes 9 to 16 s).
+    expect(calls.slowestMs).toBeLessThan(1_000);
   }, 200_000);
 });
 
