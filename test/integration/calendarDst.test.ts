@@ -1,9 +1,11 @@
-// Calendar windows on a real clock: tollgate runs as its own process under Debian's faketime,
-// which starts the process's clock half a minute before a boundary and lets it run. With
+// Calendar windows on a real clock: tollgate runs as its own process with Debian's libfaketime
+// preloaded, which starts the process's clock half a minute before a boundary and lets it run
+// (preloaded into node itself: the faketime command forks, and its child would outlive a stop). With
 // CLOCK=local the service's clock is the one every store decides on (Redis TIME cannot be moved:
 // redis-server does not start under faketime). Each boundary is written out below as the UTC
 // instant the zone's rules give it, so that the test does not use tollgate's own arithmetic.
-import { execFileSync } from 'node:child_process';
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RateLimitResponseObject } from '@tollgate/client';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
@@ -83,18 +85,26 @@ const BOUNDARIES: Boundary[] = [
   },
 ];
 
-/** faketime's start instant: its own format, read in UTC (TZ=UTC below). */
+/** FAKETIME's start instant: its own format, read in UTC (TZ=UTC below). */
 const fakeStart = (ms: number) => `@${new Date(ms).toISOString().slice(0, 19).replace('T', ' ')}`;
+
+/** Debian's libfaketime, in its multiarch folder (or the plain one). */
+function libfaketime(): string | undefined {
+  const dirs = ['/usr/lib/faketime', '/usr/local/lib/faketime'];
+  for (const arch of existsSync('/usr/lib') ? readdirSync('/usr/lib') : []) {
+    dirs.push(join('/usr/lib', arch, 'faketime'));
+  }
+  return dirs.map((dir) => join(dir, 'libfaketime.so.1')).find((path) => existsSync(path));
+}
+let preload: string;
 
 let redis: TestRedis;
 beforeAll(async () => {
-  try {
-    execFileSync('faketime', ['-f', '+0s', 'true']);
-  } catch (error) {
-    throw new Error(
-      `This test needs Debian's faketime (apt-get install -y faketime): ${String(error)}`,
-    );
+  const found = libfaketime();
+  if (found === undefined) {
+    throw new Error("This test needs Debian's faketime (apt-get install -y faketime)");
   }
+  preload = found;
   redis = await startRedis();
 });
 afterAll(async () => {
@@ -110,16 +120,14 @@ const cases = [
 describe.concurrent.each(cases)('$name, on the $store store', ({ store, key, at, lengthMs }) => {
   it('denies until the boundary, then counts afresh in a window as long as the period really is', async () => {
     const boundary = Date.parse(at);
-    const tollgate: TollgateProcess = await spawnTollgate(
-      RULES,
-      {
-        CLOCK: 'local',
-        TZ: 'UTC',
-        FAKETIME_DONT_FAKE_MONOTONIC: '1',
-        ...(store === 'redis' ? { REDIS_URL: redis.url } : {}),
-      },
-      { runUnder: ['faketime', '-f', fakeStart(boundary - LEAD_MS)] },
-    );
+    const tollgate: TollgateProcess = await spawnTollgate(RULES, {
+      CLOCK: 'local',
+      TZ: 'UTC',
+      LD_PRELOAD: preload,
+      FAKETIME: fakeStart(boundary - LEAD_MS),
+      FAKETIME_DONT_FAKE_MONOTONIC: '1',
+      ...(store === 'redis' ? { REDIS_URL: redis.url } : {}),
+    });
     try {
       // A counter of its own: a case on another date shares the rule and the Redis.
       const tenant = `${store}-${at}`;

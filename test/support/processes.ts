@@ -30,8 +30,6 @@ export interface SpawnOptions {
   fileLimit?: number;
   /** The script and its arguments; by default `dist/main.js`, as `npm start` runs it. */
   entry?: string[];
-  /** A command that runs node, e.g. `['faketime', '-f', '@2026-03-29 21:59:30']`. */
-  runUnder?: string[];
 }
 
 /**
@@ -59,11 +57,7 @@ async function spawnOnFreePorts(
 ): Promise<TollgateProcess> {
   const port = await freePort();
   const httpPort = await freePort();
-  const node = [
-    ...(options.runUnder ?? []),
-    process.execPath,
-    ...(options.entry ?? ['dist/main.js']),
-  ];
+  const node = [process.execPath, ...(options.entry ?? ['dist/main.js'])];
   const command =
     options.fileLimit === undefined ? node : ['prlimit', `--nofile=${options.fileLimit}`, ...node];
   const child = spawn(command[0] as string, command.slice(1), {
