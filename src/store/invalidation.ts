@@ -28,6 +28,11 @@ export interface Coherence {
   generation(): number;
   /** Called for each key some process gave back to; `all` when everything must be forgotten. */
   onNotice(forget: (key: string | 'all') => void): void;
+  /**
+   * Resolves once first live (or refused, or closed), or after `timeoutMs`: start-up waits for
+   * it, so that the caches answer from the first request rather than from a moment after it.
+   */
+  firstLive(timeoutMs: number): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -36,6 +41,7 @@ export const SINGLE_PROCESS: Coherence = {
   live: () => true,
   generation: () => 0,
   onNotice: () => undefined,
+  firstLive: async () => undefined,
   close: async () => undefined,
 };
 
@@ -55,8 +61,15 @@ export function subscribeToRefunds(options: SubscribeOptions): Coherence {
   let generation = 0;
   let closed = false;
   const told = new Set<string>();
+  /** Start-up's waits for the first subscription: told once it is live, refused or closed. */
+  let waiting: (() => void)[] = [];
+  const settle = () => {
+    for (const done of waiting) done();
+    waiting = [];
+  };
   const refuse = (reason: string) => {
     live = false;
+    settle();
     if (told.has(reason)) return;
     told.add(reason);
     onRefused(reason);
@@ -101,6 +114,7 @@ export function subscribeToRefunds(options: SubscribeOptions): Coherence {
           if (published === undefined || closed) return;
           forgetAll();
           live = true;
+          settle();
         },
         (error: unknown) =>
           refuse(`the Redis user may not PUBLISH to ${GIVEN_BACK_CHANNEL}: ${message(error)}`),
@@ -117,9 +131,21 @@ export function subscribeToRefunds(options: SubscribeOptions): Coherence {
     live: () => live,
     generation: () => generation,
     onNotice: (forget) => void listeners.push(forget),
+    firstLive(timeoutMs) {
+      if (live || closed || told.size > 0) return Promise.resolve();
+      return new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, timeoutMs);
+        timer.unref();
+        waiting.push(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    },
     async close() {
       closed = true;
       live = false;
+      settle();
       subscriber.disconnect();
     },
   };

@@ -59,6 +59,9 @@ export interface OpenStoreOptions {
   rules: () => object;
 }
 
+/** How long start-up waits for the caches' subscription to refunds (see invalidation.ts). */
+const FIRST_SUBSCRIPTION_MS = 2_000;
+
 export function openStore(settings: StoreSettings, options: OpenStoreOptions): OpenedStore {
   const { logger, clock } = options;
   const redisStore = settings.redis
@@ -80,7 +83,13 @@ export function openStore(settings: StoreSettings, options: OpenStoreOptions): O
     : undefined;
   const backend: Store = redisStore ?? createMemoryStore({ clock });
   const redis = redisStore?.access;
-  const firstConnection = async () => redisStore?.firstConnection();
+  let coherence: Coherence = SINGLE_PROCESS;
+  const firstConnection = async () => {
+    await redisStore?.firstConnection();
+    // Briefly: a cache that is not yet hearing other processes' refunds answers nothing, which
+    // is safe, but a service that serves from the first request with its cache on is expected.
+    await coherence.firstLive(FIRST_SUBSCRIPTION_MS);
+  };
   const codePath = () => redisStore?.codePath();
   const openDemand = (demandOptions: DemandOptions): DemandStore =>
     redis ? createRedisDemand(redis, demandOptions) : createMemoryDemand(demandOptions, clock);
@@ -92,7 +101,7 @@ export function openStore(settings: StoreSettings, options: OpenStoreOptions): O
   // cache stays on there, as the reference's does.
   const cached = size > 0 && (reference || settings.redis?.type !== 'cluster');
   if (!cached) return { store: backend, localCacheStats: undefined, ...opened };
-  const coherence = redis ? refundNotices(redis.connection, logger) : SINGLE_PROCESS;
+  coherence = redis ? refundNotices(redis.connection, logger) : SINGLE_PROCESS;
   const cacheOptions = {
     size,
     // The clock the store's resets run on: Redis TIME runs at the rate of a monotonic clock.

@@ -18,7 +18,6 @@ import {
   README_ACL_PUBSUB,
 } from '../support/redis.js';
 import { subscribeToRefunds } from '../../src/store/invalidation.js';
-import { eventually } from '../support/tollgate.js';
 
 // The Redis store over TLS (rediss://), and as a Redis ACL user that holds only what tollgate
 // needs: README's ACL line, whose every command is shown to be needed.
@@ -322,8 +321,9 @@ describe('a least-privilege ACL user', () => {
       onRefused: (reason) => (refused = reason),
     });
     try {
-      await eventually(async () => coherence.live() || refused !== undefined);
-      return coherence.live() ? 'live' : (refused as string);
+      // What start-up waits on: it resolves once the subscription is live, or refused.
+      await coherence.firstLive(20_000);
+      return coherence.live() ? 'live' : (refused ?? 'neither live nor refused');
     } finally {
       await coherence.close();
       connection.disconnect();
