@@ -92,6 +92,11 @@ interface Prepared {
   matched: boolean;
   counters: CounterCheck[];
   at: number;
+  /**
+   * The time its requests came over, on this side's clock since the bucket's last report
+   * (Envoy's whole seconds would lose up to one), at most a second past what it says.
+   */
+  coveredMs: number;
 }
 
 export interface Session {
@@ -149,9 +154,16 @@ function newHeld(seenAt: number): Held {
  */
 function prepare(
   options: SessionOptions,
-  report: { domain: string; usage: BucketUsage; index: number; at: number; seenAt: number },
+  report: {
+    domain: string;
+    name: string;
+    usage: BucketUsage;
+    index: number;
+    at: number;
+    seenAt: number;
+  },
 ): Prepared {
-  const { domain, usage, at } = report;
+  const { domain, name, usage, at } = report;
   const seenMs = at - report.seenAt;
   const elapsedMs = clampElapsed(usage.elapsedMs, seenMs);
   const ruleSet = options.rules();
@@ -161,8 +173,9 @@ function prepare(
     ? planCheck(bucketCheck(domain, path, 1), ruleSet, options.plan, path.nodes).counters
     : [];
   checkPlausible(usage, report.index, elapsedMs ?? Math.max(0, seenMs), counters);
-  const name = bucketName(usage.bucket);
-  return { name, usage: { ...usage, elapsedMs }, matched: path !== undefined, counters, at };
+  const coveredMs = Math.min(seenMs, (elapsedMs ?? 0) + ELAPSED_SLACK_MS);
+  const matched = path !== undefined;
+  return { name, usage: { ...usage, elapsedMs }, matched, counters, at, coveredMs };
 }
 
 /** The token bucket of the consumer's budget, or the one it holds while the rate has not moved enough. */
@@ -272,14 +285,8 @@ export function createSession(options: SessionOptions): Session {
   const openedAt = monotonic();
 
   async function one(prepared: Prepared): Promise<BucketAction> {
-    const { name, usage, counters } = prepared;
+    const { name, usage, counters, coveredMs } = prepared;
     const state = holdBucket(held, name, options.maxBuckets, openedAt);
-    // The time this report's requests came over, on this side's clock (Envoy's whole seconds
-    // would lose up to one), at most a second past what it says.
-    const coveredMs = Math.min(
-      prepared.at - state.seenAt,
-      (usage.elapsedMs ?? 0) + ELAPSED_SLACK_MS,
-    );
     state.seenAt = prepared.at;
     const demand = measureDemand(state, usage);
     const ttlMs = assignmentTtlMs(state.intervalMs, options.ttlFloorMs);
@@ -329,8 +336,9 @@ export function createSession(options: SessionOptions): Session {
     async report(domain, usages) {
       const at = monotonic();
       const prepared = usages.map((usage, index) => {
-        const seenAt = held.get(bucketName(usage.bucket))?.seenAt ?? openedAt;
-        return prepare(options, { domain, usage, index, at, seenAt });
+        const name = bucketName(usage.bucket);
+        const seenAt = held.get(name)?.seenAt ?? openedAt;
+        return prepare(options, { domain, name, usage, index, at, seenAt });
       });
       // A part at a time: each store call's deadline starts when it is sent, and a thousand at
       // once would queue on the connection past REDIS_TIMEOUT, and ahead of classic checks.
