@@ -17,7 +17,8 @@ import type { Cluster, Redis } from 'ioredis';
  *   is one the store would have made a moment earlier.
  * - A Redis user that may not SUBSCRIBE, or not PUBLISH (the script's PUBLISH is then refused
  *   without failing the refund), keeps the caches from answering at all, with one warning naming
- *   what the user lacks (docs/redis.md gives the ACL).
+ *   what the user lacks (docs/redis.md gives the ACL); it is tried again every 5 s. Any other
+ *   failure is tried again sooner, from 250 ms doubling to 5 s.
  */
 export const GIVEN_BACK_CHANNEL = 'tollgate:given-back';
 
@@ -54,102 +55,176 @@ export interface SubscribeOptions {
   prepare?: (node: Redis) => void;
 }
 
+/** The first wait before trying again after a failure that is not a refusal; it doubles to 5 s. */
+const RETRY_MS = 250;
+const RETRY_MAX_MS = 5_000;
+
 export function subscribeToRefunds(options: SubscribeOptions): Coherence {
-  const { connection, onRefused, prepare } = options;
-  const listeners: ((key: string | 'all') => void)[] = [];
-  let live = false;
-  let generation = 0;
-  let closed = false;
-  const told = new Set<string>();
-  /** Start-up's waits for the first subscription: told once it is live, refused or closed. */
-  let waiting: (() => void)[] = [];
-  const settle = () => {
-    for (const done of waiting) done();
-    waiting = [];
-  };
-  const refuse = (reason: string) => {
-    live = false;
-    settle();
-    if (told.has(reason)) return;
-    told.add(reason);
-    onRefused(reason);
-  };
-  const forgetAll = () => {
-    generation++;
-    for (const listener of listeners) listener('all');
-  };
-
-  // Its own connection, in subscriber mode: it queues the SUBSCRIBE until connected, and it
-  // subscribes again itself on each new connection (below), so that it knows when it is live.
-  const cluster = 'isCluster' in connection && connection.isCluster;
-  const subscriber = cluster
-    ? (connection as Cluster).duplicate(undefined, { lazyConnect: true, autoResubscribe: false })
-    : (connection as Redis).duplicate({
-        lazyConnect: true,
-        enableOfflineQueue: true,
-        autoResubscribe: false,
-        maxRetriesPerRequest: null,
-      });
-  if (cluster) subscriber.on('+node', (node: Redis) => prepare?.(node));
-  else prepare?.(subscriber as Redis);
-  subscriber.on('error', () => undefined);
-  subscriber.on('close', () => {
-    live = false;
-  });
-  subscriber.on('ready', () => {
-    if (closed) return;
-    subscriber
-      .subscribe(GIVEN_BACK_CHANNEL)
-      .then(
-        // The script's PUBLISH runs as the store's user: try it, since it fails there silently.
-        // An empty notice names no key: every process ignores it.
-        () => connection.publish(GIVEN_BACK_CHANNEL, ''),
-        (error: unknown) => {
-          refuse(`the Redis user may not SUBSCRIBE to ${GIVEN_BACK_CHANNEL}: ${message(error)}`);
-          return undefined;
-        },
-      )
-      .then(
-        (published) => {
-          if (published === undefined || closed) return;
-          forgetAll();
-          live = true;
-          settle();
-        },
-        (error: unknown) =>
-          refuse(`the Redis user may not PUBLISH to ${GIVEN_BACK_CHANNEL}: ${message(error)}`),
-      );
-  });
-  subscriber.connect().catch(() => undefined); // failures arrive as 'error' events
-  subscriber.on('message', (channel: string, key: string) => {
-    if (channel !== GIVEN_BACK_CHANNEL || key === '') return;
-    generation++;
-    for (const listener of listeners) listener(key);
-  });
-
-  return {
-    live: () => live,
-    generation: () => generation,
-    onNotice: (forget) => void listeners.push(forget),
-    firstLive(timeoutMs) {
-      if (live || closed || told.size > 0) return Promise.resolve();
-      return new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, timeoutMs);
-        timer.unref();
-        waiting.push(() => {
-          clearTimeout(timer);
-          resolve();
-        });
-      });
-    },
-    async close() {
-      closed = true;
-      live = false;
-      settle();
-      subscriber.disconnect();
-    },
-  };
+  return new RefundSubscription(options);
 }
+
+class RefundSubscription implements Coherence {
+  private readonly listeners: ((key: string | 'all') => void)[] = [];
+  private isLive = false;
+  private heard = 0;
+  private closed = false;
+  /** The reasons already told, each once. */
+  private readonly told = new Set<string>();
+  /** Start-up's waits for the first subscription: told once it is live, refused or closed. */
+  private waiting: (() => void)[] = [];
+  /** The subscriber connection now, and how many times a subscriber connection has closed. */
+  private subscriber: Redis | undefined;
+  private cuts = 0;
+  private failures = 0;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly options: SubscribeOptions) {
+    this.start();
+  }
+
+  live = () => this.isLive;
+  generation = () => this.heard;
+  onNotice = (forget: (key: string | 'all') => void) => void this.listeners.push(forget);
+
+  firstLive(timeoutMs: number): Promise<void> {
+    if (this.isLive || this.closed || this.told.size > 0) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const wait = setTimeout(resolve, timeoutMs);
+      wait.unref();
+      this.waiting.push(() => {
+        clearTimeout(wait);
+        resolve();
+      });
+    });
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.isLive = false;
+    clearTimeout(this.timer);
+    this.settle();
+    this.subscriber?.disconnect();
+  }
+
+  private settle(): void {
+    for (const done of this.waiting) done();
+    this.waiting = [];
+  }
+
+  private notify(key: string | 'all'): void {
+    this.heard++;
+    for (const listener of this.listeners) listener(key);
+  }
+
+  private later(run: () => void, ms: number): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(run, ms);
+    this.timer.unref();
+  }
+
+  private backoff(): number {
+    return Math.min(RETRY_MS * 2 ** this.failures++, RETRY_MAX_MS);
+  }
+
+  /** Whether `node`, seen at `since` cuts, is still the subscription to act on. */
+  private current(node: Redis, since: number): boolean {
+    return !this.closed && since === this.cuts && node === this.subscriber;
+  }
+
+  private start(): void {
+    if (this.closed) return;
+    const node = subscriberFor(this.options.connection, this.cuts);
+    if (node === undefined) {
+      this.later(() => this.start(), this.backoff());
+      return;
+    }
+    this.subscriber = node;
+    this.options.prepare?.(node);
+    node.on('error', () => undefined);
+    node.on('ready', () => {
+      if (this.current(node, this.cuts)) void this.attempt(node);
+    });
+    node.on('close', () => {
+      if (node !== this.subscriber) return;
+      this.isLive = false;
+      this.cuts++;
+      clearTimeout(this.timer);
+    });
+    // Ends when it will not reconnect: a cluster node's copy, or one whose retries gave up.
+    node.on('end', () => {
+      if (!this.closed && node === this.subscriber) this.later(() => this.start(), this.backoff());
+    });
+    node.on('message', (channel: string, key: string) => {
+      if (node === this.subscriber && channel === GIVEN_BACK_CHANNEL && key !== '')
+        this.notify(key);
+    });
+    node.connect().catch(() => undefined); // failures arrive as 'error' events
+  }
+
+  /**
+   * Subscribes, then tries a PUBLISH as the store's user (the script's PUBLISH runs as that user,
+   * and fails there silently). Live once both answer on a connection that has not closed since:
+   * everything is forgotten first, since notices sent before were not heard.
+   */
+  private async attempt(node: Redis): Promise<void> {
+    const since = this.cuts;
+    let step = 'SUBSCRIBE';
+    try {
+      await node.subscribe(GIVEN_BACK_CHANNEL);
+      step = 'PUBLISH';
+      // An empty notice names no key: every process ignores it.
+      await this.options.connection.publish(GIVEN_BACK_CHANNEL, '');
+    } catch (error) {
+      if (this.current(node, since)) this.failed(node, step, message(error));
+      return;
+    }
+    if (!this.current(node, since) || node.status !== 'ready') return;
+    this.failures = 0;
+    this.notify('all');
+    this.isLive = true;
+    this.settle();
+  }
+
+  private failed(node: Redis, step: string, error: string): void {
+    if (!REFUSED.test(error)) {
+      this.later(() => void this.attempt(node), this.backoff());
+      return;
+    }
+    const reason = `the Redis user may not ${step} to ${GIVEN_BACK_CHANNEL}: ${error}`;
+    if (!this.told.has(reason)) {
+      this.told.add(reason);
+      this.options.onRefused(reason);
+    }
+    this.settle();
+    // Tried again now and then, quietly: a grant given later is taken up.
+    this.later(() => void this.attempt(node), RETRY_MAX_MS);
+  }
+}
+
+/**
+ * The subscriber's own connection, in subscriber mode. On a plain Redis (or Sentinel) a copy of
+ * the store's connection, which reconnects as it does. On a Cluster a copy of one node's, the
+ * `turn`-th: classic pub/sub reaches every node over the cluster bus, so any node will do, and
+ * when that node's connection ends the next is taken. ioredis's own cluster subscriber is not
+ * used: it moves to another node and subscribes again unseen, and a notice sent meanwhile is lost.
+ */
+function subscriberFor(connection: Redis | Cluster, turn: number): Redis | undefined {
+  const copy = {
+    lazyConnect: true,
+    enableOfflineQueue: true,
+    autoResubscribe: false,
+    maxRetriesPerRequest: null,
+  };
+  if (!('isCluster' in connection && connection.isCluster)) {
+    return (connection as Redis).duplicate(copy);
+  }
+  const nodes = (connection as Cluster).nodes('all');
+  const node = nodes[turn % Math.max(1, nodes.length)];
+  return node?.duplicate({ ...copy, retryStrategy: () => null, readOnly: false });
+}
+
+/** Errors that a retry will not mend until an operator grants something. */
+const REFUSED = /^(NOPERM|NOAUTH|WRONGPASS)/;
 
 function message(error: unknown): string {
   return error instanceof Error ? error.message : String(error);

@@ -347,6 +347,43 @@ describe('a least-privilege ACL user', () => {
     ).toMatch(/^the Redis user may not PUBLISH to tollgate:given-back: NOPERM/);
   });
 
+  it('takes up a grant given after it was refused, without a restart', async () => {
+    await redis.client.call(
+      'ACL',
+      'SETUSER',
+      'granted-later',
+      'reset',
+      ...acl('edge8:', COMMANDS, []),
+    );
+    const connection = new Redis({
+      host: redis.host,
+      port: redis.port,
+      username: 'granted-later',
+      password: 'secret',
+      enableReadyCheck: false,
+    });
+    const refused: string[] = [];
+    const coherence = subscribeToRefunds({
+      connection,
+      onRefused: (reason) => refused.push(reason),
+    });
+    try {
+      await coherence.firstLive(20_000);
+      expect(coherence.live()).toBe(false);
+      expect(refused).toHaveLength(1);
+      await redis.client.call('ACL', 'SETUSER', 'granted-later', ...README_ACL_PUBSUB);
+      // Tried again every 5 s, quietly.
+      await vi.waitFor(() => expect(coherence.live()).toBe(true), {
+        timeout: 20_000,
+        interval: 100,
+      });
+      expect(refused).toHaveLength(1);
+    } finally {
+      await coherence.close();
+      connection.disconnect();
+    }
+  });
+
   it.each(BEFORE_FUNCTIONS)('needs %s', async (needed) => {
     const prefix = 'edge3:';
     const s = await storeAs(
