@@ -7,11 +7,14 @@
  * - A consumer (one bucket on one stream) gets the share of R in proportion to its recent demand
  *   (allowed plus denied); when no consumer has reported demand yet, the consumers split R evenly.
  * - A bucket under several rules (a tenant's and a route's) takes the smallest of its shares.
- * - Envoy's token bucket starts full, so a new strategy may hand the client a whole bucket: the
- *   strategy changes only when the rate rises by more than CHANGE_RATIO, or falls by more than
- *   DECREASE_RATIO (so that the shares never add up to much more than R).
+ * - Envoy's token bucket fills continuously at tokens_per_fill / fill_interval, up to max_tokens,
+ *   and a new one starts full (one that replaces a token bucket starts as full, in proportion, as
+ *   the one it replaces). So the rate is written over a long fill, precise to a fraction of a
+ *   percent, and max_tokens is what a new bucket's start costs: half a second of the share for a
+ *   window rule, the share of the burst for a token-bucket rule.
+ * - A strategy changes only when the rate it should have has moved for good (`settle`): the
+ *   shares settle, and a client is not handed new buckets for noise.
  */
-
 /** What a rule lets through, as a rate. */
 export interface Pool {
   /** R, tokens per second. */
@@ -38,12 +41,12 @@ export interface TokenBucketStrategy {
   fillIntervalSeconds: number;
 }
 
-/** A strategy is replaced only when the rate moves by more than this part of the last one. */
-export const CHANGE_RATIO = 0.1;
-/** A fill of at least this many tokens keeps rounding within 2.5% of the rate. */
-const MIN_TOKENS_PER_FILL = 20;
-/** The longest fill interval: a slow rule fills at most this far apart. */
-const MAX_FILL_SECONDS = 60;
+/** A fill of at least this many tokens keeps the rate within 0.5% of the share, rounded down. */
+const PRECISE_TOKENS = 200;
+/** The longest fill interval, for a rule slower than PRECISE_TOKENS a day. */
+const MAX_FILL_SECONDS = 86_400;
+/** A window rule's bucket holds this much of its rate: what its start costs (charging.ts). */
+export const START_MS = 500;
 
 export function shareOf(share: Omit<PoolShare, 'pool'>): number {
   if (share.totalDemand <= 0 || share.demand < 0) return 1 / Math.max(1, share.consumers);
@@ -73,8 +76,8 @@ export function consumerBudget(shares: readonly PoolShare[]): {
 
 /**
  * The token bucket for a rate: the shortest whole-second fill interval whose fill is at least
- * MIN_TOKENS_PER_FILL (within the rule's window and a minute), the fill rounded down to whole
- * tokens (at least one), and a capacity of the burst's share, or of one fill for a window rule.
+ * PRECISE_TOKENS (within the rule's window and a day), the fill rounded down to whole tokens (at
+ * least one), and a capacity of the burst's share, or of START_MS of the rate for a window rule.
  */
 export function tokenBucketFor(budget: {
   ratePerSecond: number;
@@ -83,27 +86,43 @@ export function tokenBucketFor(budget: {
 }): TokenBucketStrategy {
   const rate = Math.max(0, budget.ratePerSecond);
   const longest = Math.max(1, Math.min(MAX_FILL_SECONDS, Math.floor(budget.windowMs / 1000)));
-  const wanted = rate > 0 ? Math.ceil(MIN_TOKENS_PER_FILL / rate) : longest;
+  const wanted = rate > 0 ? Math.ceil(PRECISE_TOKENS / rate) : longest;
   const fillIntervalSeconds = Math.min(longest, Math.max(1, wanted));
   // Rounded down, so that the shares never add up to more than R.
   const tokensPerFill = Math.max(1, Math.floor(rate * fillIntervalSeconds + 1e-9));
-  const capacity = budget.burst === undefined ? tokensPerFill : Math.round(budget.burst);
-  return { maxTokens: Math.max(tokensPerFill, capacity), tokensPerFill, fillIntervalSeconds };
+  const capacity =
+    budget.burst === undefined ? Math.ceil((rate * START_MS) / 1000) : Math.round(budget.burst);
+  return { maxTokens: Math.max(1, capacity), tokensPerFill, fillIntervalSeconds };
 }
 
-/** A share that falls by more than this part of the last one is sent at once. */
-export const DECREASE_RATIO = 0.02;
+/** A rate within this part of the one assigned is the same rate: it is not sent again. */
+const SAME_RATE = 0.01;
+/** A rate that moves by more than this part, down or up, is sent at once. */
+const AT_ONCE = 0.05;
+/** A smaller move is sent once this many reports in a row have asked for it, the same way. */
+export const SETTLE_REPORTS = 3;
+
+/** The rate a bucket enforces, and the reports in a row that asked for another (+ up, - down). */
+export interface Settled {
+  rate: number;
+  streak: number;
+}
 
 /**
- * Whether a new rate is far enough from the one last assigned to send a new strategy: up by more
- * than CHANGE_RATIO, or down by more than DECREASE_RATIO. A share kept while it falls would let
- * the streams' rates add up to more than R; one kept while it rises only under-admits.
+ * The rate to enforce, given the one enforced and the one the shares give now. A move is taken
+ * at once when it is large (a client joined or left), and otherwise only when it holds for
+ * SETTLE_REPORTS reports: noise goes both ways and resets the streak, so the rate stays put, but
+ * a real move is always taken, so a rate cannot freeze away from its share, and a share that
+ * falls past AT_ONCE does not stay on top of the others'.
  */
-export function movedEnough(lastRate: number | undefined, rate: number): boolean {
-  if (lastRate === undefined) return true;
-  if (lastRate === 0) return rate > 0;
-  if (rate < lastRate) return lastRate - rate > DECREASE_RATIO * lastRate;
-  return rate - lastRate > CHANGE_RATIO * lastRate;
+export function settle(last: Settled | undefined, target: number): Settled {
+  if (last === undefined || last.rate <= 0) return { rate: target, streak: 0 };
+  const move = (target - last.rate) / last.rate;
+  if (Math.abs(move) <= SAME_RATE) return { rate: last.rate, streak: 0 };
+  if (Math.abs(move) > AT_ONCE) return { rate: target, streak: 0 };
+  const streak = move > 0 ? Math.max(0, last.streak) + 1 : Math.min(0, last.streak) - 1;
+  if (Math.abs(streak) >= SETTLE_REPORTS) return { rate: target, streak: 0 };
+  return { rate: last.rate, streak };
 }
 
 /**

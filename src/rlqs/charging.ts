@@ -5,7 +5,7 @@
  */
 import { COST_CAP, type CounterCheck, type CounterResult, type Store } from '../store/Store.js';
 import type { AdmissionWatch } from './admissions.js';
-import type { Pool } from './assign.js';
+import { START_MS, type Pool } from './assign.js';
 
 export interface ChargeOptions {
   store: Store;
@@ -16,18 +16,19 @@ export interface ChargeOptions {
 }
 
 /**
- * A window rule's rate leaves room for one second of it: each stream's token bucket may start
- * full once a window (a changed share, or a new window after a spent one), and Envoy admits that
- * bucket on top of its refill. Windows under 10 s keep the whole rate.
+ * A window rule's rate leaves room for what new token buckets start with: each stream's bucket
+ * may start full once a window (its first assignment, or a new window after a spent one), and
+ * Envoy admits that on top of its refill. A bucket holds START_MS of its share (assign.ts), so
+ * the streams' starts together take START_MS of the rule's rate. Windows under 10 s keep the
+ * whole rate.
  */
-const RESERVED_MS = 1_000;
 const RESERVE_FROM_MS = 10_000;
 
 export function poolOf(counter: CounterCheck): Pool {
   const windowRate = counter.limit / (counter.windowMs / 1000);
   const reserve =
     counter.algorithm !== 'token_bucket' && counter.windowMs >= RESERVE_FROM_MS
-      ? RESERVED_MS / counter.windowMs
+      ? START_MS / counter.windowMs
       : 0;
   return {
     ratePerSecond: windowRate * (1 - reserve),
@@ -46,12 +47,12 @@ export const poolKey = (counter: CounterCheck): string => `${counter.key}:rlqs`;
  * goes to classic checks. Clients alone on a rule keep to its pace, and are never denied so.
  *
  * A report's charges land in the window it arrives in, so a fixed window's count also holds what
- * this stream admitted before the window began, in the part of its first report there that came
- * before the boundary: `carried[at]`, given back to what is left. Other streams' reports carry
- * such a part too, and also leave their latest admissions uncharged until their next report; on
- * streams whose phases differ the two cancel out, and this stream's own, reporting now, is the
- * one known. With reports as far apart as Envoy's released 5 s, half a window, the part is large:
- * unseen, a client alone would look spent every window.
+ * the streams admitted before the window began, in the part of each one's first report there
+ * that came before the boundary: `carried[at]`, the pool's consumers' together (store/demand.ts),
+ * given back to what is left. With reports as far apart as Envoy's released 5 s, half a window,
+ * the part is large: unseen, clients alone would look spent in every window whose boundary came
+ * just before their reports, and each stream's own part alone is not enough when they report
+ * together.
  */
 export function spent(
   counters: readonly CounterCheck[],
@@ -68,9 +69,11 @@ export function spent(
     if (counter.algorithm === 'fixed_window' && result.resetMs >= 0) {
       untilNextMs = Math.min(untilNextMs, result.resetMs);
     }
+    // Spent, whatever was carried: RLQS clients alone never fill a window (their pace leaves
+    // half a second of it), and past the limit what is left reads 0, however far past.
+    if (result.remaining <= 0) return true;
     const expected = (poolOf(counter).ratePerSecond * untilNextMs) / 1_000;
-    const remaining = result.remaining + (carried[at] ?? 0);
-    return remaining <= 0 || remaining < expected / 2;
+    return result.remaining + (carried[at] ?? 0) < expected / 2;
   });
 }
 

@@ -7,8 +7,8 @@
  * 3. measures the bucket's demand (allowed plus denied per second, usage.ts), records it on each
  *    enforced counter's pool, and reads back every consumer's (store/demand.ts);
  * 4. answers the token bucket of its share (assign.ts), the same strategy again (which extends
- *    the TTL) unless the rate moved by more than 10%; a blanket rule when no counter limits it;
- *    `abandon_action` when the rule it matched is gone.
+ *    the TTL) until the share has moved for good (`settle`); a blanket rule when no counter
+ *    limits it; `abandon_action` when the rule it matched is gone.
  */
 import { ResourceLimitError, StoreError } from '../core/errors.js';
 import { planCheck } from '../decision/plan.js';
@@ -19,15 +19,16 @@ import type { AdmissionWatch } from './admissions.js';
 import {
   assignmentTtlMs,
   consumerBudget,
-  movedEnough,
+  settle,
   tokenBucketFor,
   type PoolShare,
+  type Settled,
   type TokenBucketStrategy,
 } from './assign.js';
 import { bucketCheck, bucketName, bucketPath, type Bucket } from './buckets.js';
-import type { DemandStore } from '../store/demand.js';
+import type { CarriedInto, DemandStore } from '../store/demand.js';
 import { carryOver, charge, poolKey, poolOf, spent, type Carry } from './charging.js';
-import { ELAPSED_SLACK_MS, checkPlausible, clampElapsed } from './trust.js';
+import { ELAPSED_SLACK_MS, MAX_ELAPSED_MS, checkPlausible, clampElapsed } from './trust.js';
 import { measureDemand, newDemandMeter, type BucketUsage, type DemandMeter } from './usage.js';
 
 export type { BucketUsage } from './usage.js';
@@ -70,7 +71,8 @@ export class BucketLimitError extends ResourceLimitError {}
 interface Held extends DemandMeter {
   /** It has matched a rule: when it no longer does, its rule is gone and it is abandoned. */
   matched: boolean;
-  lastRate: number | undefined;
+  /** The rate its token bucket enforces, settled (assign.ts); undefined after a blanket rule. */
+  settled: Settled | undefined;
   strategy: Strategy | undefined;
   /** The demand pools it was recorded in, to leave when the stream closes. */
   pools: Set<string>;
@@ -112,9 +114,6 @@ export interface Session {
   close(): Promise<void>;
 }
 
-const sameStrategy = (a: Strategy | undefined, b: Strategy): boolean =>
-  a !== undefined && JSON.stringify(a) === JSON.stringify(b);
-
 /** The bucket the stream holds under `name`, held now if new; BucketLimitError past the bound. */
 function holdBucket(
   held: Map<string, Held>,
@@ -141,7 +140,7 @@ function newHeld(seenAt: number): Held {
     seenAt,
     carries: new Map(),
     matched: false,
-    lastRate: undefined,
+    settled: undefined,
     strategy: undefined,
     pools: new Set(),
   };
@@ -173,50 +172,78 @@ function prepare(
     ? planCheck(bucketCheck(domain, path, 1), ruleSet, options.plan, path.nodes).counters
     : [];
   checkPlausible(usage, report.index, elapsedMs ?? Math.max(0, seenMs), counters);
-  const coveredMs = Math.min(seenMs, (elapsedMs ?? 0) + ELAPSED_SLACK_MS);
+  const coveredMs = Math.max(
+    0,
+    Math.min(seenMs, (elapsedMs ?? MAX_ELAPSED_MS - ELAPSED_SLACK_MS) + ELAPSED_SLACK_MS),
+  );
   const matched = path !== undefined;
   return { name, usage: { ...usage, elapsedMs }, matched, counters, at, coveredMs };
 }
 
-/** The token bucket of the consumer's budget, or the one it holds while the rate has not moved enough. */
+/** The token bucket of the consumer's budget, at the rate settled on (assign.ts, `settle`). */
 function tokenBucketStrategy(state: Held, shares: readonly PoolShare[]): Strategy {
   const budget = consumerBudget(shares);
-  if (
-    !movedEnough(state.lastRate, budget.ratePerSecond) &&
-    state.strategy?.kind === 'token_bucket'
-  ) {
-    return state.strategy;
-  }
-  const strategy: Strategy = { kind: 'token_bucket', ...tokenBucketFor(budget) };
-  if (!sameStrategy(state.strategy, strategy)) state.lastRate = budget.ratePerSecond;
-  return strategy;
+  const last = state.settled?.rate;
+  state.settled = settle(state.settled, budget.ratePerSecond);
+  if (state.settled.rate === last && state.strategy?.kind === 'token_bucket') return state.strategy;
+  // A kept rate keeps its burst in proportion.
+  const scale = budget.ratePerSecond > 0 ? state.settled.rate / budget.ratePerSecond : 1;
+  const burst = budget.burst === undefined ? undefined : budget.burst * scale;
+  return {
+    kind: 'token_bucket',
+    ...tokenBucketFor({ ...budget, ratePerSecond: state.settled.rate, burst }),
+  };
 }
 
 /**
- * Records a bucket's demand in the pool of each of its enforced counters, and reads back each
- * pool's: the bucket's shares.
+ * Records a bucket's demand in the pool of each of its enforced counters, with what it carried
+ * into each fixed window, and reads back each pool's: the bucket's shares, and per counter what
+ * the pool's consumers together carried into its window (0 for the others and shadow ones).
  */
 async function recordDemand(
   options: SessionOptions,
   state: Held,
-  enforced: readonly CounterCheck[],
-  bucket: { consumer: string; demand: number; ttlMs: number; nowMs: number | undefined },
-): Promise<PoolShare[]> {
-  const { consumer, demand, ttlMs, nowMs } = bucket;
-  return Promise.all(
-    enforced.map(async (counter) => {
-      const key = poolKey(counter);
-      state.pools.add(key);
-      const rule = poolOf(counter);
-      // No consumer can use more than the whole pool: what it claims past that takes nothing.
-      const own = Math.min(demand, rule.ratePerSecond);
-      const pool = await options.demand.record(key, consumer, own, ttlMs, nowMs);
-      // Past the pool's consumer bound this one is not recorded, but its share still counts it.
-      const totalDemand = pool.recorded ? pool.totalDemand : pool.totalDemand + own;
-      const consumers = pool.recorded ? pool.consumers : pool.consumers + 1;
-      return { pool: rule, demand: own, totalDemand, consumers };
+  counters: readonly CounterCheck[],
+  bucket: {
+    consumer: string;
+    demand: number;
+    /** The demand is a first estimate, from less than a span of reports (usage.ts). */
+    estimated: boolean;
+    ttlMs: number;
+    nowMs: number | undefined;
+    /** Per counter, its window and this bucket's part carried into it (carriedInto). */
+    carries: readonly (CarriedInto | undefined)[];
+  },
+): Promise<{ shares: PoolShare[]; carried: number[] }> {
+  const { consumer, demand, estimated, ttlMs, nowMs, carries } = bucket;
+  const carried = counters.map(() => 0);
+  const shares = await Promise.all(
+    counters.flatMap((counter, at) => {
+      if (counter.shadow) return [];
+      return [
+        (async (): Promise<PoolShare> => {
+          const key = poolKey(counter);
+          state.pools.add(key);
+          const rule = poolOf(counter);
+          // No consumer can use more than the whole pool: what it claims past that takes nothing.
+          const own = Math.min(demand, rule.ratePerSecond);
+          // A joining bucket's first estimate is low (its first report is Envoy's immediate one,
+          // of a request or two), so the others see it as wanting the whole pool until it is
+          // measured: they make room at once, rather than take what it will want. Its own share
+          // is its estimate's.
+          const claim = estimated ? rule.ratePerSecond : own;
+          const carry = carries[at];
+          const pool = await options.demand.record(key, consumer, claim, ttlMs, nowMs, carry);
+          // Past the pool's consumer bound this one is not recorded, but its share still counts it.
+          const totalDemand = (pool.recorded ? pool.totalDemand - claim : pool.totalDemand) + own;
+          const consumers = pool.recorded ? pool.consumers : pool.consumers + 1;
+          carried[at] = pool.recorded ? pool.carried : pool.carried + (carry?.requests ?? 0);
+          return { pool: rule, demand: own, totalDemand, consumers };
+        })(),
+      ];
     }),
   );
+  return { shares, carried };
 }
 
 /**
@@ -255,23 +282,26 @@ function outliveStore(
 
 /**
  * Per counter, what this bucket's reports charged to its fixed window that they admitted before
- * the window began (charging.ts, carryOver), this report's part added; 0 for other algorithms.
+ * the window began (charging.ts, carryOver), this report's part added, with the window it is
+ * for; undefined for other algorithms. `wallMs`: the wall clock now, to name the window.
  */
 function carriedInto(
   state: Held,
   counters: readonly CounterCheck[],
   results: readonly CounterResult[],
-  report: { at: number; allowed: number; coveredMs: number },
-): number[] {
+  report: { at: number; allowed: number; coveredMs: number; wallMs: number },
+): (CarriedInto | undefined)[] {
   return counters.map((counter, at) => {
     const result = results[at];
     if (counter.algorithm !== 'fixed_window' || result === undefined || result.resetMs < 0) {
-      return 0;
+      return undefined;
     }
     const window = { windowMs: counter.windowMs, resetMs: result.resetMs };
     const carry = carryOver(state.carries.get(counter.key), report, window);
     state.carries.set(counter.key, carry);
-    return carry.requests;
+    // Windows end on multiples of their length: the index holds across clocks a little apart.
+    const index = Math.round((report.wallMs + result.resetMs) / counter.windowMs);
+    return { window: index, requests: carry.requests };
   });
 }
 
@@ -288,7 +318,8 @@ export function createSession(options: SessionOptions): Session {
     const { name, usage, counters, coveredMs } = prepared;
     const state = holdBucket(held, name, options.maxBuckets, openedAt);
     state.seenAt = prepared.at;
-    const demand = measureDemand(state, usage);
+    const demand = measureDemand(state, usage, coveredMs);
+    const estimated = state.demand === undefined;
     const ttlMs = assignmentTtlMs(state.intervalMs, options.ttlFloorMs);
     if (counters.length === 0) {
       if (state.matched && !prepared.matched) {
@@ -304,25 +335,27 @@ export function createSession(options: SessionOptions): Session {
     state.matched = true;
     const nowMs = options.clock?.();
     const results = await charge(options, counters, usage.allowed, nowMs);
-    const enforced = counters.filter((counter) => !counter.shadow);
-    if (enforced.length === 0) {
+    if (counters.every((counter) => counter.shadow)) {
       state.strategy = blanket('ALLOW_ALL');
       return { bucket: usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
     }
-    const shares = await recordDemand(options, state, enforced, {
-      consumer: consumerOf(name),
-      demand,
-      ttlMs,
-      nowMs,
-    });
-    const carried = carriedInto(state, counters, results, {
+    const carries = carriedInto(state, counters, results, {
       at: prepared.at,
       allowed: usage.allowed,
       coveredMs,
+      wallMs: nowMs ?? Date.now(),
+    });
+    const { shares, carried } = await recordDemand(options, state, counters, {
+      consumer: consumerOf(name),
+      demand,
+      estimated,
+      ttlMs,
+      nowMs,
+      carries,
     });
     if (spent(counters, results, state.intervalMs, carried)) {
       // Classic checks (or fallbacks) took the window: denied until a report after it rolls over.
-      state.lastRate = 0;
+      state.settled = undefined;
       state.strategy = blanket('DENY_ALL');
       return { bucket: usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
     }

@@ -43,8 +43,13 @@ const DEMAND_SMOOTHING = 0.5;
 /** Reports shorter than this are not reporting intervals (Envoy's is more than 100 ms). */
 const SHORTEST_INTERVAL_MS = 100;
 
-/** Adds a report to the bucket's demand, and learns the reporting interval from it. */
-export function measureDemand(state: DemandMeter, usage: BucketUsage): number {
+/**
+ * Adds a report to the bucket's demand, and learns the reporting interval from it. The requests
+ * are taken over `coveredMs`, the time since the bucket's last report as this side saw it (held
+ * to the report's time_elapsed and a second): Envoy's whole seconds lose up to one, so that a
+ * 5.9 s interval reads 5 s, and an immediate report (0 s) and a periodic one alternate.
+ */
+export function measureDemand(state: DemandMeter, usage: BucketUsage, coveredMs: number): number {
   const elapsed = usage.elapsedMs ?? 0;
   if (elapsed >= SHORTEST_INTERVAL_MS) {
     // Up at once to a longer interval; down slowly, past the odd short report.
@@ -52,7 +57,7 @@ export function measureDemand(state: DemandMeter, usage: BucketUsage): number {
       state.intervalMs === undefined ? elapsed : Math.max(elapsed, state.intervalMs * 0.8);
   }
   state.pending.requests += usage.allowed + usage.denied;
-  state.pending.elapsedMs += elapsed;
+  state.pending.elapsedMs += Math.max(0, coveredMs);
   const span = Math.max(DEMAND_SPAN_MS, state.intervalMs ?? 0);
   const { requests, elapsedMs } = state.pending;
   // A slow bucket is measured over more requests, up to the longest span.

@@ -119,7 +119,8 @@ describe('StreamRateLimitQuotas', () => {
               assignment_time_to_live: { seconds: '3' },
               rate_limit_strategy: {
                 token_bucket: {
-                  max_tokens: 40,
+                  // Half a second of the rate: what a new bucket starts with.
+                  max_tokens: 20,
                   tokens_per_fill: { value: 40 },
                   fill_interval: { seconds: '1' },
                 },

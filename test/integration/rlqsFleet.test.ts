@@ -51,14 +51,17 @@ describe('an RLQS fleet on one bucket', () => {
     cases.forEach(([, tenant], at) => results.set(tenant, runs[at]!));
   }, 180_000);
 
-  it.each(cases)('%s: admits at most L + 5% a window, in fair shares', (_name, tenant) => {
+  it.each(cases)('%s: admits 0.9-1.05 L a window, in fair shares', (name, tenant) => {
     const result = results.get(tenant)!;
     const admitted = admittedPerWindow(result);
+    console.log(
+      `[rlqs fleet] ${name}: ${admitted.map((n) => (n / L).toFixed(3)).join(' ')} L a window`,
+    );
     expect(admitted).toHaveLength(MEASURED);
     for (const n of admitted) expect(n).toBeLessThanOrEqual(L * 1.05);
-    // The demand is three times R: the limit is used, not starved (a window rule keeps one
-    // second of its rate back, and each fill is rounded down).
-    for (const n of admitted) expect(n).toBeGreaterThanOrEqual(L * 0.8);
+    // The demand is three times R: the limit is used, not starved (a window rule keeps half a
+    // second of its rate back for new buckets' starts).
+    for (const n of admitted) expect(n).toBeGreaterThanOrEqual(L * 0.9);
     expect(jain(result)).toBeGreaterThanOrEqual(0.95);
     expect(result.streamErrors).toEqual([]);
   });

@@ -52,26 +52,35 @@ afterAll(async () => {
 });
 
 describe('an RLQS fleet of Envoys as released, reporting every 5 s in whole seconds', () => {
-  it.each(cases)('%s: admits at most L + 5% a window, in fair shares', (name, tenant) => {
-    const result = results.get(tenant)!;
-    const admitted = measuredWindows(result).map((w) => w.total.admitted);
-    // Assignments that changed after warm-up: each is a new, full token bucket at the client.
-    const warmEnd = measuredWindows(result)[0]?.startMs ?? Infinity;
-    const late = result.assignments.filter((a) => a.atMs >= warmEnd);
-    const changed = late.filter((a) => a.changed).length;
-    console.log(
-      `[rlqs released] ${name}: ${admitted.map((n) => (n / L).toFixed(3)).join(' ')} L a window; ` +
-        `${changed} of ${late.length} assignments after warm-up changed`,
-    );
-    expect(admitted).toHaveLength(MEASURED);
-    for (const n of admitted) expect(n).toBeLessThanOrEqual(L * 1.05);
-    // The demand is three times R: the limit is used, not starved, though each report's charge
-    // lands up to half a window late (a client alone admitted 0.57-0.66 L before the session
-    // counted what its reports carried over a boundary).
-    for (const n of admitted) expect(n).toBeGreaterThanOrEqual(L * 0.8);
-    expect(jain(result)).toBeGreaterThanOrEqual(0.95);
-    expect(result.streamErrors).toEqual([]);
-  });
+  it.each(cases)(
+    '%s: admits 0.9-1.05 L a window, in fair shares, on settled assignments',
+    (name, tenant) => {
+      const result = results.get(tenant)!;
+      const admitted = measuredWindows(result).map((w) => w.total.admitted);
+      // Assignments that changed after warm-up: each is a new, full token bucket at the client.
+      const warmEnd = measuredWindows(result)[0]?.startMs ?? Infinity;
+      const late = result.assignments.filter((a) => a.atMs >= warmEnd);
+      const changed = late.filter((a) => a.changed).length;
+      console.log(
+        `[rlqs released] ${name}: ${admitted.map((n) => (n / L).toFixed(3)).join(' ')} L a window; ` +
+          `${changed} of ${late.length} assignments after warm-up changed`,
+      );
+      expect(admitted).toHaveLength(MEASURED);
+      for (const n of admitted) expect(n).toBeLessThanOrEqual(L * 1.05);
+      // The demand is three times R: the limit is used, not starved, though each report's charge
+      // lands up to half a window late (a client alone admitted 0.57-0.66 L before the session
+      // counted what its reports carried over a boundary, and 4 clients reporting together 0.83 L
+      // in windows whose boundary came just before their reports, before the streams' parts were
+      // counted together).
+      for (const n of admitted) expect(n).toBeGreaterThanOrEqual(L * 0.9);
+      // Settled: each client's assignment changes at most once more after warm-up (a share that
+      // moved a little, taken after three reports), never back and forth.
+      const clients = new Set(late.map((a) => a.client)).size;
+      expect(changed).toBeLessThanOrEqual(clients);
+      expect(jain(result)).toBeGreaterThanOrEqual(0.95);
+      expect(result.streamErrors).toEqual([]);
+    },
+  );
 
   it.each(cases)(
     '%s: no assignment expires before the next report of its stream',

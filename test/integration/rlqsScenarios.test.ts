@@ -146,6 +146,9 @@ describe('RLQS clients and classic checks on one tenant', () => {
     expect(windows).toHaveLength(MEASURED);
     for (const window of windows) {
       const classic = classicAllowed.get(window.startMs) ?? 0;
+      console.log(
+        `[rlqs shared] rlqs ${window.total.admitted} classic ${classic} ${JSON.stringify(window.admitted)}`,
+      );
       expect(classic).toBeGreaterThan(0);
       expect(window.total.admitted).toBeGreaterThan(L * 0.5);
       expect(window.total.admitted + classic).toBeLessThanOrEqual(L * 1.05);

@@ -10,12 +10,14 @@ import { ruleQuota } from '../../../src/decision/quota.js';
 import { loadRules } from '../../../src/rules/loadRules.js';
 import type { RuleSet } from '../../../src/rules/types.js';
 import { createAdmissionWatch } from '../../../src/rlqs/admissions.js';
-import { carryOver } from '../../../src/rlqs/charging.js';
+import { carryOver, spent } from '../../../src/rlqs/charging.js';
+import type { CounterCheck } from '../../../src/store/Store.js';
 import { createMemoryDemand } from '../../../src/store/demand.js';
 import {
   BucketLimitError,
   createSession,
   type BucketAction,
+  type BucketUsage,
   type SessionOptions,
 } from '../../../src/rlqs/session.js';
 import { createMemoryStore } from '../../../src/store/memoryStore.js';
@@ -52,8 +54,11 @@ const NOW = 1_800_000_000_000;
 function fleet(rules: { current: RuleSet }, overrides: Partial<SessionOptions> = {}) {
   const store = createMemoryStore({ clock: () => NOW });
   const demand = createMemoryDemand({ maxConsumers: 100 });
-  const session = (streamId: string) =>
-    createSession({
+  const session = (streamId: string) => {
+    // The stream's own monotonic clock, moved on by each report's time_elapsed as it arrives:
+    // the time its requests came over, as the service sees it.
+    let monotonic = 0;
+    const opened = createSession({
       streamId,
       rules: () => rules.current,
       store,
@@ -63,8 +68,17 @@ function fleet(rules: { current: RuleSet }, overrides: Partial<SessionOptions> =
       unmatched: 'allow',
       ttlFloorMs: 2000,
       maxBuckets: 10,
+      monotonic: () => monotonic,
       ...overrides,
     });
+    return {
+      ...opened,
+      report(domain: string, usages: readonly BucketUsage[]) {
+        monotonic += Math.max(0, ...usages.map((u) => u.elapsedMs ?? 0));
+        return opened.report(domain, usages);
+      },
+    };
+  };
   return { store, session };
 }
 
@@ -80,14 +94,15 @@ const rateOf = (action: BucketAction | undefined): number => {
 };
 
 describe('an RLQS stream', () => {
-  it("splits the tenant's 10 a second by demand between two streams", async () => {
-    const { session } = fleet({ current: load(RULES) });
+  it("splits the tenant's 1,000 a second by demand between two streams", async () => {
+    const { session } = fleet({ current: load(RULES.replace('600,', '60000,')) });
     const [a, b] = [session('a'), session('b')];
-    await a.report('quota', [usage({ tenant: 'acme' }, 1)]);
-    const [toB] = await b.report('quota', [usage({ tenant: 'acme' }, 3)]);
-    expect(rateOf(toB)).toBeCloseTo(7.5, 0);
-    const [toA] = await a.report('quota', [usage({ tenant: 'acme' }, 1)]);
-    expect(rateOf(toA)).toBeCloseTo(2.5, 0);
+    // 20 and 60 requests in a second: enough to measure a rate from one report.
+    await a.report('quota', [usage({ tenant: 'acme' }, 1, 19)]);
+    const [toB] = await b.report('quota', [usage({ tenant: 'acme' }, 1, 59)]);
+    expect(rateOf(toB)).toBeCloseTo(750 * (59.5 / 60), -1);
+    const [toA] = await a.report('quota', [usage({ tenant: 'acme' }, 1, 19)]);
+    expect(rateOf(toA)).toBeCloseTo(250 * (59.5 / 60), -1);
     expect(toA).toMatchObject({ kind: 'assign', ttlMs: 3000 });
   });
 
@@ -110,7 +125,7 @@ describe('an RLQS stream', () => {
     expect((await store.decide(check.counters, NOW)).allowed).toBe(false);
   });
 
-  it('sends the same strategy again while the rate moves by 10% or less', async () => {
+  it('sends the same strategy again for a small move until it holds, and a large one at once', async () => {
     // 1,000 a second: every demand here is under the rule's rate, which caps a consumer's.
     const { session } = fleet({ current: load(RULES.replace('600,', '60000,')) });
     const a = session('a');
@@ -118,10 +133,40 @@ describe('an RLQS stream', () => {
     // Mostly denied, so that the counter keeps its pace and only the shares move.
     await a.report('quota', [usage({ tenant: 't' }, 5, 45)]);
     const [first] = await b.report('quota', [usage({ tenant: 't' }, 5, 45)]);
+    // b's demand 10% up, its share about 5% up: kept for two reports, taken at the third.
     const [small] = await b.report('quota', [usage({ tenant: 't' }, 5, 50)]);
     expect(small).toEqual(first);
+    const [still] = await b.report('quota', [usage({ tenant: 't' }, 5, 50)]);
+    expect(still).toEqual(first);
+    const [held] = await b.report('quota', [usage({ tenant: 't' }, 5, 50)]);
+    expect(rateOf(held)).toBeGreaterThan(rateOf(first) * 1.02);
     const [large] = await b.report('quota', [usage({ tenant: 't' }, 5, 145)]);
-    expect(rateOf(large)).toBeGreaterThan(rateOf(first) * 1.1);
+    expect(rateOf(large)).toBeGreaterThan(rateOf(held) * 1.1);
+  });
+
+  it('keeps its assignment over reports of 0 s and 1 s in turn, as whole seconds make them', async () => {
+    let now = 0;
+    const { session } = fleet(
+      { current: load(RULES.replace('600,', '60000,')) },
+      { monotonic: () => now },
+    );
+    const [a, b] = [session('a'), session('b')];
+    const sent: BucketAction[] = [];
+    // Both want 40 a second. a reports every 2 s; b's reports, 0.5 s and 1.5 s apart, say 0 s
+    // and 1 s, as whole seconds make them: its 80 requests came over 2 s, not 1.
+    for (let round = 0; round < 12; round++) {
+      now += 500;
+      await b.report('quota', [{ ...usage({ tenant: 'm' }, 0, 20), elapsedMs: 0 }]);
+      now += 1500;
+      await a.report('quota', [{ ...usage({ tenant: 'm' }, 0, 80), elapsedMs: 2000 }]);
+      const [toB] = await b.report('quota', [
+        { ...usage({ tenant: 'm' }, 0, 60), elapsedMs: 1000 },
+      ]);
+      if (round >= 3) sent.push(toB!);
+    }
+    expect(new Set(sent.map((action) => JSON.stringify(action))).size).toBe(1);
+    expect(rateOf(sent[0])).toBeGreaterThan(490);
+    expect(rateOf(sent[0])).toBeLessThanOrEqual(500);
   });
 
   it('denies while classic checks have spent the window, and assigns again in the next', async () => {
@@ -130,8 +175,8 @@ describe('an RLQS stream', () => {
     const { session, store } = fleet({ current: rules }, { clock: () => now });
     const a = session('a');
     const [alone] = await a.report('quota', [usage({ tenant: 'acme' }, 1)]);
-    // 600 a minute, less one second of it kept for a bucket that starts full.
-    expect(rateOf(alone)).toBeCloseTo(10 * (59 / 60), 0);
+    // 600 a minute, less half a second of it kept for a bucket that starts full.
+    expect(rateOf(alone)).toBeCloseTo(10 * (59.5 / 60), 1);
     const check = planCheck(
       {
         domain: 'quota',
@@ -149,20 +194,25 @@ describe('an RLQS stream', () => {
     });
     now = NOW + 60_000;
     const [next] = await a.report('quota', [usage({ tenant: 'acme' }, 0)]);
-    expect(rateOf(next)).toBeCloseTo(10 * (59 / 60), 0);
+    expect(rateOf(next)).toBeCloseTo(10 * (59.5 / 60), 1);
   });
 
-  it('takes a joining bucket at no more demand than its first report shows', async () => {
+  it('takes a joining bucket at no more demand than its first report shows, and makes room for it', async () => {
     // 1,000 a second, so that neither client's demand is capped at the rule's rate.
     const { session } = fleet({ current: load(RULES.replace('600,', '60000,')) });
     const [a, b] = [session('a'), session('b')];
     for (let i = 0; i < 3; i++) await a.report('quota', [usage({ tenant: 'j' }, 0, 40)]);
     // Envoy's immediate report for a new bucket: 41 requests, time_elapsed truncated to 0 s.
     const [joined] = await b.report('quota', [{ ...usage({ tenant: 'j' }, 0, 41), elapsedMs: 0 }]);
-    const [kept] = await a.report('quota', [usage({ tenant: 'j' }, 0, 40)]);
     // About even: 41 a second against 40, not 410 against 40.
     expect(rateOf(joined)).toBeLessThan(600);
-    expect(rateOf(kept)).toBeGreaterThan(400);
+    // Until b is measured, a leaves it the pool: the two never add up to more than the rule.
+    const [room] = await a.report('quota', [usage({ tenant: 'j' }, 0, 40)]);
+    expect(rateOf(room) + rateOf(joined)).toBeLessThanOrEqual(1000);
+    await b.report('quota', [usage({ tenant: 'j' }, 0, 40)]);
+    // Measured, b wants its own: a gets most of the pool back.
+    const [kept] = await a.report('quota', [usage({ tenant: 'j' }, 0, 40)]);
+    expect(rateOf(kept)).toBeGreaterThan(rateOf(room) * 5);
   });
 
   it("gives a closed stream's share to the others at their next report", async () => {
@@ -259,5 +309,32 @@ describe("a report's part from before its window began", () => {
       { windowMs: 10_000, resetMs: 9_000 },
     );
     expect(next).toEqual({ endsAt: 114_000, requests: 400 });
+  });
+});
+
+describe('a window spent by others than the RLQS clients', () => {
+  // 2,000 per 10 s: the RLQS clients' pace is 190 a second.
+  const counter: CounterCheck = {
+    key: 'k',
+    algorithm: 'fixed_window',
+    windowMs: 10_000,
+    limit: 2000,
+    burst: 2000,
+    cost: 0,
+    shadow: false,
+    quota: false,
+    overdraw: true,
+  };
+  const at = (remaining: number, resetMs = 5_000) => [{ fits: remaining > 0, remaining, resetMs }];
+
+  it('counts what the streams carried into it as left, as long as the limit is not reached', () => {
+    // 100 left, with 900 of the count from before the window: on pace, not spent.
+    expect(spent([counter], at(100), 5_000, [900])).toBe(false);
+    expect(spent([counter], at(100), 5_000, [0])).toBe(true);
+  });
+
+  it('is spent once the limit is reached, whatever was carried', () => {
+    // Past the limit what is left reads 0, however far past: carried parts do not bring it back.
+    expect(spent([counter], at(0), 5_000, [900])).toBe(true);
   });
 });
