@@ -149,7 +149,7 @@ export function makePlan(mode: Mode): Plan {
       ? {
           windowMs: 2_000,
           limit: 400,
-          reportingIntervalMs: 500,
+          shapes: ['exact'],
           warmWindows: 1,
           measuredWindows: 1,
           only: ['solo', 'shared', 'defaults'],
@@ -158,7 +158,7 @@ export function makePlan(mode: Mode): Plan {
       : {
           windowMs: 10_000,
           limit: 2_000,
-          reportingIntervalMs: 500,
+          shapes: ['released', 'filter-wide', 'exact'],
           warmWindows: 3,
           measuredWindows: 10,
           classicRps: 60,

@@ -6,7 +6,13 @@ import type { TierTail } from './tailDiagnostics.js';
 import type { VersusEntry } from './versus.js';
 import { hasClosedLoop } from './versusRounds.js';
 import { RLQS_DOMAIN, type RlqsResults } from './rlqs.js';
-import { BOUND_DOMAIN, STEADY_OVER, type RlqsBoundResults } from './rlqsBound.js';
+import {
+  BOUND_DOMAIN,
+  SHAPES,
+  STEADY_FLOOR,
+  STEADY_OVER,
+  type RlqsBoundResults,
+} from './rlqsBound.js';
 import { HEADLINE } from './scenarios.js';
 import { mean, median } from './stats.js';
 
@@ -709,7 +715,7 @@ const ofL = (value: number | undefined) =>
 
 /**
  * RLQS's over-admission bound (bench/rlqsBound.ts): admitted requests per epoch-aligned window
- * against the rule's L, per scenario.
+ * against the rule's L, per shape of Envoy's reporting and scenario.
  */
 export function rlqsBoundSection(bound: RlqsBoundResults): string[] {
   const { plan } = bound;
@@ -718,38 +724,51 @@ export function rlqsBoundSection(bound: RlqsBoundResults): string[] {
     "## RLQS's over-admission bound",
     '',
     `One tollgate on the bench's Redis, a tenant rule of L = ${plan.limit.toLocaleString('en-US')} requests per ${seconds} s fixed window ` +
-      `(domain \`${BOUND_DOMAIN}\`). Simulated Envoys (test/rlqs/sim) on one bucket \`{tenant: SCENARIO}\` each, ` +
-      `reporting every ${plan.reportingIntervalMs} ms, with the sample config's fallbacks (a no-assignment token bucket of 5 a second, ` +
+      `(domain \`${BOUND_DOMAIN}\`). Simulated Envoys (test/rlqs/sim) on one bucket each, ` +
+      "with the sample config's fallbacks (a no-assignment token bucket of 5 a second, " +
       "expired assignments reused for 300 s) unless the scenario says Envoy's defaults. Demand is three times the rule's rate in every scenario. " +
-      'The scenarios run at once, on tenants of their own, and every client joins a little into the same epoch-aligned window: ' +
+      "In each shape of Envoy's reporting, one after the other, the scenarios run at once, on tenants of their own, and every client joins a little into the same epoch-aligned window: " +
       `that first whole window is the join, then ${plan.warmWindows} window(s) of warm-up (the join's included) and ${plan.measuredWindows} measured. ` +
       "Admitted counts the clients' admitted requests per window, and in the shared scenario the classic " +
       `\`ShouldRateLimit\` checks answered OK too (${plan.classicRps} a second, counted by the window they were sent in). ` +
       "Jain's index is over each client's admitted / (admitted + denied) in the measured windows. " +
-      `The bound: at most L + ${100 * STEADY_OVER}% in every measured window, and on the join at most L plus one assignment's worth ` +
+      `The bound: ${STEADY_FLOOR}-${1 + STEADY_OVER} L in every measured window, and on the join at most L plus one assignment's worth ` +
       "(the tokens of the clients' first assignments, summed).",
-    '',
-    ...header([
-      'scenario',
-      'clients',
-      'demand/s',
-      'max admitted/L',
-      'mean admitted/L',
-      "join admitted/L (one assignment's worth)",
-      "Jain's index",
-      'assignments changed',
-      'report p50 / p99 ms',
-      'bound',
-    ]),
   ];
-  for (const entry of bound.entries) {
+  for (const name of plan.shapes) {
+    const shape = SHAPES.find((known) => known.name === name);
+    const entries = bound.entries.filter((entry) => entry.shape === name);
+    if (shape === undefined || entries.length === 0) continue;
+    lines.push('', `### ${shape.title}`, '', ...shapeTable(entries), ...shapeDetail(entries, plan));
+  }
+  const messages = bound.entries.flatMap((entry) =>
+    entry.streamErrorMessages.map((message) => `- ${entry.shape}, ${entry.scenario}: ${message}`),
+  );
+  if (messages.length > 0) lines.push('', 'Stream errors (the first of each):', '', ...messages);
+  return lines;
+}
+
+function shapeTable(entries: RlqsBoundResults['entries']): string[] {
+  const lines = header([
+    'scenario',
+    'clients',
+    'demand/s',
+    'min / max admitted/L',
+    'mean admitted/L',
+    "join admitted/L (one assignment's worth)",
+    "Jain's index",
+    'assignments changed',
+    'report p50 / p99 ms',
+    'bound',
+  ]);
+  for (const entry of entries) {
     const met = entry.steadyMet && entry.joinMet;
     lines.push(
       row([
         entry.title,
         entry.clients,
         Math.round(entry.demandRps).toLocaleString('en-US'),
-        ofL(entry.maxOfLimit),
+        `${ofL(entry.minOfLimit)} / ${ofL(entry.maxOfLimit)}`,
         ofL(entry.meanOfLimit),
         `${ofL(entry.join?.ofLimit)} (${entry.firstAssignmentTokens})`,
         Number.isFinite(entry.jain) ? entry.jain.toFixed(3) : 'n/a',
@@ -761,8 +780,15 @@ export function rlqsBoundSection(bound: RlqsBoundResults): string[] {
       ]),
     );
   }
-  const shared = bound.entries.filter((entry) => entry.classicSent !== undefined);
-  for (const entry of shared) {
+  return lines;
+}
+
+function shapeDetail(
+  entries: RlqsBoundResults['entries'],
+  plan: RlqsBoundResults['plan'],
+): string[] {
+  const lines: string[] = [];
+  for (const entry of entries.filter((e) => e.classicSent !== undefined)) {
     const classic = entry.measured.map((w) => w.classicAllowed);
     lines.push(
       '',
@@ -776,14 +802,10 @@ export function rlqsBoundSection(bound: RlqsBoundResults): string[] {
     'Admitted / L per measured window:',
     '',
     ...header(['scenario', ...Array.from({ length: plan.measuredWindows }, (_, i) => `${i + 1}`)]),
-    ...bound.entries.map((entry) =>
+    ...entries.map((entry) =>
       row([entry.title, ...entry.measured.map((w) => w.ofLimit.toFixed(3))]),
     ),
   );
-  const messages = bound.entries.flatMap((entry) =>
-    entry.streamErrorMessages.map((message) => `- ${entry.scenario}: ${message}`),
-  );
-  if (messages.length > 0) lines.push('', 'Stream errors (the first of each):', '', ...messages);
   return lines;
 }
 
