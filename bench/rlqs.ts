@@ -14,10 +14,12 @@ import {
   type NodeRuntime,
   type RedisServer,
   type Service,
+  type TollgateOptions,
 } from './services.js';
 import type { Scenario } from './scenarios.js';
 import { median } from './stats.js';
 import { alternate, VERSUS_BREAK } from './versusRounds.js';
+import type { AgainstBuild } from './versus.js';
 
 /**
  * RLQS against classic checks: what tollgate's process spends serving Envoy's Rate Limit Quota
@@ -28,7 +30,8 @@ import { alternate, VERSUS_BREAK } from './versusRounds.js';
  * tollgate's assignments and reports its buckets every reporting interval, so tollgate's work
  * follows the reports, not the requests. Its client requests are the admitted and denied totals
  * the simulator reports. The classic side is ghz at a constant rate. CPU is the tollgate
- * process's (and Redis's) utime + stime from /proc over each run.
+ * process's (and Redis's) utime + stime from /proc over each run. With `--against`, another
+ * revision's tollgate runs every round beside this tree's, to show what a change costs.
  */
 export interface RlqsPlan {
   /** Each run, RLQS and classic alike. */
@@ -120,8 +123,8 @@ export interface RlqsSideSummary {
   requestsPerSecond: number;
 }
 
-export interface RlqsResults {
-  plan: RlqsPlan;
+/** One tollgate's figures: the working tree's, or with `--against` the other revision's. */
+export interface RlqsTollgate {
   service: { name: string; title: string; settings: Record<string, string>; node?: string };
   runs: RlqsRun[];
   rlqs: RlqsSideSummary;
@@ -130,6 +133,26 @@ export interface RlqsResults {
   ratio: number | null;
   /** tollgate's CPU with no load, in ms per second (timers, health, the rules poll). */
   idleMsPerSecond: number;
+}
+
+/** This tree's figure over the other revision's: under 1, this tree spends less. */
+export interface RlqsChange {
+  serviceMsPer1000: number | null;
+  redisMsPer1000: number | null;
+}
+
+/** `--against`: another revision of tollgate, measured in the same rounds (against.ts). */
+export interface RlqsAgainst extends RlqsTollgate {
+  /** The revision as the command line named it, and its commit. */
+  ref: string;
+  sha: string;
+  /** This tree's CPU per 1,000 requests over the other revision's, per side. */
+  treeOverAgainst: { rlqs: RlqsChange; classic: RlqsChange };
+}
+
+export interface RlqsResults extends RlqsTollgate {
+  plan: RlqsPlan;
+  against?: RlqsAgainst;
 }
 
 /** The fleet simulator's binary, built once per version of its sources by scripts/rlqs-sim.mjs. */
@@ -292,6 +315,178 @@ export interface RlqsOptions {
   /** Settings beside the row's own (`--env`). */
   extraEnv?: Record<string, string>;
   node?: NodeRuntime;
+  /** `--against`: another revision's tollgate, beside this tree's in the same rounds. */
+  against?: AgainstBuild;
+}
+
+/** One tollgate of the row, and its runs as they come. */
+interface Contender {
+  service: Service;
+  title: string;
+  runs: RlqsRun[];
+}
+
+/**
+ * The row's tollgate, from the checkout at `root`. With `--against` each of the two counts under a
+ * CACHE_KEY_PREFIX of its own, so that neither spends the other's counters or demand pools.
+ */
+function startRlqsTollgate(
+  redis: RedisServer,
+  root: string,
+  name: TollgateOptions['name'],
+  plan: RlqsPlan,
+  options: RlqsOptions,
+  keyPrefix?: string,
+): Promise<Service> {
+  const prefix: Record<string, string> =
+    keyPrefix === undefined
+      ? {}
+      : { CACHE_KEY_PREFIX: `${options.extraEnv?.CACHE_KEY_PREFIX ?? ''}${keyPrefix}` };
+  return startTollgate({
+    repoRoot: root,
+    name,
+    redisUrl: redis.url,
+    workers: 1,
+    rules: { yaml: rlqsRulesYaml(plan.limitPerMinute), ready: READY },
+    // Fixed windows, as the comparison's tollgate-fixed, but the bench's generous REDIS_TIMEOUT
+    // (100ms) rather than tollgate's 15ms: on two shared cores a check past 15 ms fails, and this
+    // row measures CPU, not the tail.
+    env: { DEFAULT_ALGORITHM: 'fixed_window', ...options.extraEnv, ...prefix },
+    node: options.node ?? BENCH_NODE,
+  });
+}
+
+/** The tollgates of the row: this tree's, then with `--against` the other revision's. */
+async function startContenders(
+  redis: RedisServer,
+  repoRoot: string,
+  plan: RlqsPlan,
+  options: RlqsOptions,
+  started: Contender[],
+): Promise<void> {
+  const { against } = options;
+  const title = 'fixed windows, RLQS and ShouldRateLimit on one process';
+  started.push({
+    service: await startRlqsTollgate(
+      redis,
+      repoRoot,
+      'tollgate-rlqs',
+      plan,
+      options,
+      against && 'this:',
+    ),
+    title: `tollgate, ${title}`,
+    runs: [],
+  });
+  if (against === undefined) return;
+  started.push({
+    service: await startRlqsTollgate(redis, against.root, against.name, plan, options, 'that:'),
+    title: `tollgate at ${against.ref} (${against.sha.slice(0, 12)}), ${title}`,
+    runs: [],
+  });
+}
+
+async function warmUp(ghz: Ghz, binary: string, service: Service, plan: RlqsPlan): Promise<void> {
+  await ghz.run({
+    address: service.address,
+    request: classicRequest(plan.tenants),
+    seconds: plan.warmupSeconds,
+    rps: plan.classicRps,
+    concurrency: 50,
+    connections: 4,
+    timeoutMs: 1_000,
+  });
+  await simulate(binary, scenarioOf(service.address, plan, plan.warmupSeconds, 0));
+}
+
+/** Each tollgate's CPU over the same seconds with no load, in ms per second. */
+async function idleCpu(services: Service[], seconds: number): Promise<number[]> {
+  const before = services.map((service) => treeCpuSeconds(service.pid));
+  const started = performance.now();
+  await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+  const after = services.map((service) => treeCpuSeconds(service.pid));
+  const elapsedMs = performance.now() - started;
+  return services.map((_, at) => ((after[at]! - before[at]!) * 1e6) / elapsedMs);
+}
+
+/**
+ * Each side once per round, the sides alternating; with two tollgates each side runs on both in
+ * turn, the first of the two changing every round, so that neither always follows the same run.
+ */
+async function runRounds(
+  ghz: Ghz,
+  binary: string,
+  redis: RedisServer,
+  plan: RlqsPlan,
+  contenders: Contender[],
+): Promise<void> {
+  for (const { round, item: side } of alternate(['classic', 'rlqs'] as const, plan.rounds)) {
+    const turn = round % 2 === 1 ? contenders : [...contenders].reverse();
+    for (const { service, runs } of turn) {
+      const on = contenders.length > 1 ? ` on ${service.name}` : '';
+      log(`rlqs, round ${round}/${plan.rounds}: ${side}${on}, ${plan.seconds} s`);
+      runs.push(
+        side === 'rlqs'
+          ? await rlqsRound(binary, service, redis, plan, round)
+          : await classicRound(ghz, service, redis, plan, round),
+      );
+    }
+  }
+}
+
+/** One tollgate's medians and ratio, logged. */
+function figuresOf(contender: Contender, idleMsPerSecond: number, who: string): RlqsTollgate {
+  const { service, runs } = contender;
+  const rlqs = summarize('rlqs', runs);
+  const classic = summarize('classic', runs);
+  const ratio =
+    Number.isFinite(rlqs.serviceMsPer1000) && classic.serviceMsPer1000 > 0
+      ? rlqs.serviceMsPer1000 / classic.serviceMsPer1000
+      : null;
+  log(
+    `rlqs: ${who} spent ${rlqs.serviceMsPer1000.toFixed(1)} ms of CPU per 1,000 RLQS client requests ` +
+      `and ${classic.serviceMsPer1000.toFixed(1)} ms per 1,000 classic checks (${ratio?.toFixed(3) ?? 'n/a'}×)`,
+  );
+  return {
+    service: {
+      name: service.name,
+      title: contender.title,
+      settings: service.settings,
+      ...(service.node ? { node: service.node } : {}),
+    },
+    runs,
+    rlqs,
+    classic,
+    ratio,
+    idleMsPerSecond,
+  };
+}
+
+/** `mine / theirs`, or null when either is missing. */
+export function ratioOf(mine: number | null, theirs: number | null): number | null {
+  return mine !== null && theirs !== null && Number.isFinite(mine) && theirs > 0
+    ? mine / theirs
+    : null;
+}
+
+function changeOf(mine: RlqsSideSummary, theirs: RlqsSideSummary): RlqsChange {
+  return {
+    serviceMsPer1000: ratioOf(mine.serviceMsPer1000, theirs.serviceMsPer1000),
+    redisMsPer1000: ratioOf(mine.redisMsPer1000, theirs.redisMsPer1000),
+  };
+}
+
+function againstOf(build: AgainstBuild, tree: RlqsTollgate, theirs: RlqsTollgate): RlqsAgainst {
+  const treeOverAgainst = {
+    rlqs: changeOf(tree.rlqs, theirs.rlqs),
+    classic: changeOf(tree.classic, theirs.classic),
+  };
+  const times = (value: number | null) => (value === null ? 'n/a' : `${value.toFixed(3)}×`);
+  log(
+    `rlqs: this tree over ${build.ref}, tollgate CPU per 1,000 requests: ` +
+      `RLQS ${times(treeOverAgainst.rlqs.serviceMsPer1000)}, classic ${times(treeOverAgainst.classic.serviceMsPer1000)}`,
+  );
+  return { ref: build.ref, sha: build.sha, ...theirs, treeOverAgainst };
 }
 
 export async function runRlqs(
@@ -302,82 +497,38 @@ export async function runRlqs(
   options: RlqsOptions = {},
 ): Promise<RlqsResults> {
   const binary = simulatorBinary(repoRoot);
-  const service = await startTollgate({
-    repoRoot,
-    name: 'tollgate-rlqs',
-    redisUrl: redis.url,
-    workers: 1,
-    rules: { yaml: rlqsRulesYaml(plan.limitPerMinute), ready: READY },
-    // Fixed windows, as the comparison's tollgate-fixed, but the bench's generous REDIS_TIMEOUT
-    // (100ms) rather than tollgate's 15ms: on two shared cores a check past 15 ms fails, and this
-    // row measures CPU, not the tail.
-    env: { DEFAULT_ALGORITHM: 'fixed_window', ...options.extraEnv },
-    node: options.node ?? BENCH_NODE,
-  });
+  const contenders: Contender[] = [];
   try {
-    log(`rlqs: warm-up, ${plan.warmupSeconds} s of each side`);
-    await ghz.run({
-      address: service.address,
-      request: classicRequest(plan.tenants),
-      seconds: plan.warmupSeconds,
-      rps: plan.classicRps,
-      concurrency: 50,
-      connections: 4,
-      timeoutMs: 1_000,
-    });
-    await simulate(binary, scenarioOf(service.address, plan, plan.warmupSeconds, 0));
-    log(`rlqs: ${plan.idleSeconds} s with no load`);
-    const idleBefore = treeCpuSeconds(service.pid);
-    const idleStarted = performance.now();
-    await new Promise((resolve) => setTimeout(resolve, plan.idleSeconds * 1000));
-    const idleMsPerSecond =
-      ((treeCpuSeconds(service.pid) - idleBefore) * 1e6) / (performance.now() - idleStarted);
-    const runs: RlqsRun[] = [];
-    for (const { round, item: side } of alternate(['classic', 'rlqs'] as const, plan.rounds)) {
-      log(`rlqs, round ${round}/${plan.rounds}: ${side}, ${plan.seconds} s`);
-      runs.push(
-        side === 'rlqs'
-          ? await rlqsRound(binary, service, redis, plan, round)
-          : await classicRound(ghz, service, redis, plan, round),
-      );
+    await startContenders(redis, repoRoot, plan, options, contenders);
+    for (const { service } of contenders) {
+      const of = contenders.length > 1 ? ` of ${service.name}` : '';
+      log(`rlqs: warm-up${of}, ${plan.warmupSeconds} s of each side`);
+      await warmUp(ghz, binary, service, plan);
     }
-    const rlqs = summarize('rlqs', runs);
-    const classic = summarize('classic', runs);
-    const ratio =
-      Number.isFinite(rlqs.serviceMsPer1000) && classic.serviceMsPer1000 > 0
-        ? rlqs.serviceMsPer1000 / classic.serviceMsPer1000
-        : null;
-    log(
-      `rlqs: tollgate spent ${rlqs.serviceMsPer1000.toFixed(1)} ms of CPU per 1,000 RLQS client requests ` +
-        `and ${classic.serviceMsPer1000.toFixed(1)} ms per 1,000 classic checks (${ratio?.toFixed(3) ?? 'n/a'}×)`,
+    log(`rlqs: ${plan.idleSeconds} s with no load`);
+    const idle = await idleCpu(
+      contenders.map(({ service }) => service),
+      plan.idleSeconds,
     );
-    return {
-      plan,
-      service: {
-        name: service.name,
-        title: 'tollgate, fixed windows, RLQS and ShouldRateLimit on one process',
-        settings: service.settings,
-        ...(service.node ? { node: service.node } : {}),
-      },
-      runs,
-      rlqs,
-      classic,
-      ratio,
-      idleMsPerSecond,
-    };
+    await runRounds(ghz, binary, redis, plan, contenders);
+    const tree = figuresOf(contenders[0]!, idle[0]!, 'tollgate');
+    const { against } = options;
+    if (against === undefined) return { plan, ...tree };
+    const theirs = figuresOf(contenders[1]!, idle[1]!, against.name);
+    return { plan, ...tree, against: againstOf(against, tree, theirs) };
   } finally {
-    await service.stop?.();
+    for (const { service } of contenders) await service.stop?.();
   }
 }
 
-/** What is missing or wrong in the row, for missingFields and the `--rlqs` run. */
-export function rlqsProblems(results: RlqsResults): string[] {
+/** What is missing or wrong in one tollgate's figures, named from `at` (rlqs, rlqs.against). */
+function tollgateProblems(figures: RlqsTollgate, at: string): string[] {
   const problems: string[] = [];
   for (const side of ['rlqs', 'classic'] as const) {
-    const runs = results.runs.filter((run) => run.side === side);
-    if (runs.length === 0) problems.push(`rlqs.${side}: not run`);
+    const runs = figures.runs.filter((run) => run.side === side);
+    if (runs.length === 0) problems.push(`${at}.${side}: not run`);
     for (const run of runs) {
-      const where = `rlqs.${side}[${run.round}]`;
+      const where = `${at}.${side}[${run.round}]`;
       if (run.requests <= 0) problems.push(`${where}: no requests`);
       if (!Number.isFinite(run.serviceMsPer1000)) problems.push(`${where}: no service CPU`);
       // As the comparison's break: a store call past REDIS_TIMEOUT on busy cores fails a check,
@@ -392,7 +543,15 @@ export function rlqsProblems(results: RlqsResults): string[] {
       if (side === 'rlqs' && !(run.assignments! > 0)) problems.push(`${where}: no assignments`);
     }
   }
-  if (results.ratio === null) problems.push('rlqs.ratio: missing');
-  if (!Number.isFinite(results.idleMsPerSecond)) problems.push('rlqs.idleMsPerSecond: missing');
+  if (figures.ratio === null) problems.push(`${at}.ratio: missing`);
+  if (!Number.isFinite(figures.idleMsPerSecond)) problems.push(`${at}.idleMsPerSecond: missing`);
   return problems;
+}
+
+/** What is missing or wrong in the row, for missingFields and the `--rlqs` run. */
+export function rlqsProblems(results: RlqsResults): string[] {
+  return [
+    ...tollgateProblems(results, 'rlqs'),
+    ...(results.against ? tollgateProblems(results.against, 'rlqs.against') : []),
+  ];
 }

@@ -27,6 +27,7 @@ import {
 import { VERSUS_READY, VERSUS_RULES_YAML, VERSUS_SCENARIOS } from './versusScenarios.js';
 import { assertPerf, runPerf, type PerfEntry } from './perf.js';
 import { rlqsProblems, runRlqs } from './rlqs.js';
+import { rlqsAgainstSection } from './rlqsAgainstReport.js';
 import { rlqsBoundMisses, rlqsBoundProblems, runRlqsBound } from './rlqsBound.js';
 import { runScriptCost } from './scriptCost.js';
 import { runScriptInstructions } from './scriptInstructions.js';
@@ -48,9 +49,10 @@ import { BENCH_NODE, type NodeRuntime } from './services.js';
  * Writes bench/results/NAME.{md,json}: only the comparison with envoyproxy/ratelimit (versus.ts);
  * `--against` adds another revision of tollgate as one more service (against.ts);
  * `--tail-diagnostics` reports the judged tollgate's event loop and GC per tier (tailDiagnostics.ts).
- *   npm run bench -- --rlqs [--quick] [--out NAME] [--env NAME=VALUE] [--node VERSION]
+ *   npm run bench -- --rlqs [--quick] [--out NAME] [--env NAME=VALUE] [--against GIT_REF] [--node VERSION]
  * Writes bench/results/NAME.{md,json} (rlqs-MODE by default): only tollgate's CPU per 1,000
- * requests under RLQS against classic checks (rlqs.ts).
+ * requests under RLQS against classic checks (rlqs.ts); `--against` runs the same rounds on
+ * another revision's tollgate too, and reports both and this tree's over the other's.
  *   npm run bench -- --rlqs-bound [--quick] [--out NAME] [--env NAME=VALUE] [--node VERSION]
  * Writes bench/results/NAME.{md,json} (rlqs-bound by default, rlqs-bound-quick with --quick):
  * only RLQS's over-admission bound over long runs (rlqsBound.ts).
@@ -99,8 +101,8 @@ if (!ghzBinary) throw new Error('BENCH_GHZ is unset: run the bench with npm run 
 if (values.instructions && !values['script-cost']) {
   throw new Error('--instructions: only with --script-cost');
 }
-if (values.against !== undefined && !values.versus) {
-  throw new Error('--against: only with --versus');
+if (values.against !== undefined && !values.versus && !values.rlqs) {
+  throw new Error('--against: only with --versus or --rlqs');
 }
 if (values['tail-diagnostics'] && !values.versus) {
   throw new Error('--tail-diagnostics: only with --versus');
@@ -443,9 +445,10 @@ async function rlqsModeRun<K extends string, R>(options: {
 }
 
 /**
- * `--rlqs [--quick] [--out NAME] [--env NAME=VALUE ...]`: only the RLQS row, tollgate's CPU per
- * 1,000 requests under RLQS streams against classic checks, into bench/results/NAME.{md,json}
- * (default rlqs-MODE).
+ * `--rlqs [--quick] [--out NAME] [--env NAME=VALUE ...] [--against GIT_REF]`: only the RLQS row,
+ * tollgate's CPU per 1,000 requests under RLQS streams against classic checks, into
+ * bench/results/NAME.{md,json} (default rlqs-MODE). With `--against`, another revision's tollgate
+ * runs the same rounds beside this tree's, and the report adds its figures and the ratios.
  */
 function rlqsRun(): Promise<number> {
   const ghz = createGhz(ghzBinary!, repoRoot);
@@ -454,8 +457,14 @@ function rlqsRun(): Promise<number> {
     command: 'npm run bench -- --rlqs',
     key: 'rlqs',
     plan: plan.rlqs,
-    measure: (redis) => runRlqs(ghz, redis, repoRoot, plan.rlqs, { extraEnv: tollgateEnv(), node }),
-    report: rlqsReport,
+    measure: (redis) =>
+      runRlqs(ghz, redis, repoRoot, plan.rlqs, {
+        extraEnv: tollgateEnv(),
+        node,
+        ...(against ? { against } : {}),
+      }),
+    // Without `--against` the section is empty and the report as it was.
+    report: (results) => [rlqsReport(results), ...rlqsAgainstSection(results.rlqs)].join('\n'),
     problems: rlqsProblems,
   });
 }
