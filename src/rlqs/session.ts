@@ -96,9 +96,12 @@ interface Prepared {
   at: number;
   /**
    * The time its requests came over, on this side's clock since the bucket's last report
-   * (Envoy's whole seconds would lose up to one), at most a second past what it says.
+   * (Envoy's whole seconds would lose up to one), at most a second past what it says; for the
+   * bucket's first report on the stream, what it says.
    */
   coveredMs: number;
+  /** Its time_elapsed shows the reporting interval (not clamped on a new stream). */
+  learnsInterval: boolean;
 }
 
 export interface Session {
@@ -160,6 +163,8 @@ function prepare(
     index: number;
     at: number;
     seenAt: number;
+    /** The stream has not heard of the bucket before. */
+    first: boolean;
   },
 ): Prepared {
   const { domain, name, usage, at } = report;
@@ -172,12 +177,27 @@ function prepare(
     ? planCheck(bucketCheck(domain, path, 1), ruleSet, options.plan, path.nodes).counters
     : [];
   checkPlausible(usage, report.index, elapsedMs ?? Math.max(0, seenMs), counters);
-  const coveredMs = Math.max(
+  // A bucket's first report on a stream may cover time from before it (an Envoy that opened its
+  // stream again reports what it counted since its last report on the old one): its requests are
+  // taken over what it says, if longer, which can only lower its demand. The clamped time still bounds what
+  // it may claim, and it teaches no reporting interval.
+  const claimedMs = Math.min(usage.elapsedMs ?? 0, MAX_ELAPSED_MS);
+  const seenCoveredMs = Math.max(
     0,
     Math.min(seenMs, (elapsedMs ?? MAX_ELAPSED_MS - ELAPSED_SLACK_MS) + ELAPSED_SLACK_MS),
   );
+  const coveredMs = report.first ? Math.max(claimedMs, seenCoveredMs) : seenCoveredMs;
   const matched = path !== undefined;
-  return { name, usage: { ...usage, elapsedMs }, matched, counters, at, coveredMs };
+  const learnsInterval = !report.first || elapsedMs === usage.elapsedMs;
+  return {
+    name,
+    usage: { ...usage, elapsedMs },
+    matched,
+    counters,
+    at,
+    coveredMs,
+    learnsInterval,
+  };
 }
 
 /** The token bucket of the consumer's budget, at the rate settled on (assign.ts, `settle`). */
@@ -318,7 +338,7 @@ export function createSession(options: SessionOptions): Session {
     const { name, usage, counters, coveredMs } = prepared;
     const state = holdBucket(held, name, options.maxBuckets, openedAt);
     state.seenAt = prepared.at;
-    const demand = measureDemand(state, usage, coveredMs);
+    const demand = measureDemand(state, usage, coveredMs, prepared.learnsInterval);
     const estimated = state.demand === undefined;
     const ttlMs = assignmentTtlMs(state.intervalMs, options.ttlFloorMs);
     if (counters.length === 0) {
@@ -370,8 +390,17 @@ export function createSession(options: SessionOptions): Session {
       const at = monotonic();
       const prepared = usages.map((usage, index) => {
         const name = bucketName(usage.bucket);
-        const seenAt = held.get(name)?.seenAt ?? openedAt;
-        return prepare(options, { domain, name, usage, index, at, seenAt });
+        const known = held.get(name);
+        const seenAt = known?.seenAt ?? openedAt;
+        return prepare(options, {
+          domain,
+          name,
+          usage,
+          index,
+          at,
+          seenAt,
+          first: known === undefined,
+        });
       });
       // A part at a time: each store call's deadline starts when it is sent, and a thousand at
       // once would queue on the connection past REDIS_TIMEOUT, and ahead of classic checks.

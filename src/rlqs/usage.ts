@@ -49,9 +49,14 @@ const SHORTEST_INTERVAL_MS = 100;
  * to the report's time_elapsed and a second): Envoy's whole seconds lose up to one, so that a
  * 5.9 s interval reads 5 s, and an immediate report (0 s) and a periodic one alternate.
  */
-export function measureDemand(state: DemandMeter, usage: BucketUsage, coveredMs: number): number {
+export function measureDemand(
+  state: DemandMeter,
+  usage: BucketUsage,
+  coveredMs: number,
+  learnsInterval = true,
+): number {
   const elapsed = usage.elapsedMs ?? 0;
-  if (elapsed >= SHORTEST_INTERVAL_MS) {
+  if (learnsInterval && elapsed >= SHORTEST_INTERVAL_MS) {
     // Up at once to a longer interval; down slowly, past the odd short report.
     state.intervalMs =
       state.intervalMs === undefined ? elapsed : Math.max(elapsed, state.intervalMs * 0.8);

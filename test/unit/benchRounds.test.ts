@@ -488,6 +488,7 @@ describe("the RLQS bound's figures", () => {
     ofLimit,
   });
   const entry = (extra: Partial<BoundEntry> = {}): BoundEntry => ({
+    shape: 'exact',
     scenario: 'solo',
     title: '1 client',
     clients: 1,
@@ -497,6 +498,7 @@ describe("the RLQS bound's figures", () => {
     firstAssignmentTokens: 180,
     measured: Array.from({ length: plan.measuredWindows }, () => window(0.9)),
     maxOfLimit: 0.9,
+    minOfLimit: 0.9,
     meanOfLimit: 0.9,
     jain: 1,
     assignmentsChanged: 1,
@@ -516,8 +518,13 @@ describe("the RLQS bound's figures", () => {
     entries,
   });
 
-  it('runs 13 windows of 10 s, 3 of them warm-up, and a smoke run under --quick', () => {
-    expect(plan).toMatchObject({ windowMs: 10_000, warmWindows: 3, measuredWindows: 10 });
+  it('runs 13 windows of 10 s, 3 of them warm-up, in each shape, and a smoke run under --quick', () => {
+    expect(plan).toMatchObject({
+      windowMs: 10_000,
+      warmWindows: 3,
+      measuredWindows: 10,
+      shapes: ['released', 'filter-wide', 'exact'],
+    });
     const quick = makePlan('quick').rlqsBound;
     expect(quick.warmWindows + quick.measuredWindows).toBeLessThanOrEqual(2);
   });
@@ -527,14 +534,15 @@ describe("the RLQS bound's figures", () => {
     expect(rlqsBoundProblems(results([entry()]))).toEqual([]);
     const over = entry({ scenario: 'shared', maxOfLimit: 1.06, steadyMet: false });
     expect(rlqsBoundMisses(results([over]))).toEqual([
-      'shared: a measured window admitted 1.060 L',
+      'exact, shared: measured windows admitted 0.900-1.060 L',
     ]);
     expect(rlqsBoundProblems(results([entry({ measured: [], join: null })]))).toEqual([
-      'rlqsBound.solo: 0 measured windows',
-      'rlqsBound.solo: no join window',
+      'rlqsBound.exact.solo: 0 measured windows',
+      'rlqsBound.exact.solo: no join window',
     ]);
     const table = rlqsBoundSection(results([entry(), over])).join('\n');
-    expect(table).toContain('| 1 client | 1 | 600 | 0.900 L | 0.900 L | 0.900 L (180) |');
+    expect(table).toContain("### each bucket's reporting interval, 500 ms");
+    expect(table).toContain('| 1 client | 1 | 600 | 0.900 L / 0.900 L | 0.900 L | 0.900 L (180) |');
     expect(table).toContain('**missed** (steady)');
   });
 });

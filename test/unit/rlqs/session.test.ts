@@ -169,6 +169,25 @@ describe('an RLQS stream', () => {
     expect(rateOf(sent[0])).toBeLessThanOrEqual(500);
   });
 
+  it("takes a reopened stream's first report over the time it says, not the stream's age", async () => {
+    let now = 0;
+    const { session } = fleet(
+      { current: load(RULES.replace('600,', '60000,')) },
+      { monotonic: () => now },
+    );
+    const a = session('a');
+    for (let i = 0; i < 3; i++) {
+      now += 1000;
+      await a.report('quota', [usage({ tenant: 'r' }, 0, 40)]);
+    }
+    // An Envoy whose stream was ended opens another, and reports its last 5 s on it at once.
+    const b = session('b');
+    const [toB] = await b.report('quota', [{ ...usage({ tenant: 'r' }, 0, 200), elapsedMs: 5000 }]);
+    // 40 a second, as a's: about half the rule, not five times a's share.
+    expect(rateOf(toB)).toBeGreaterThan(440);
+    expect(rateOf(toB)).toBeLessThan(550);
+  });
+
   it('denies while classic checks have spent the window, and assigns again in the next', async () => {
     const rules = load(RULES);
     let now = NOW + 30_000;
