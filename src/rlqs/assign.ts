@@ -97,10 +97,12 @@ export function tokenBucketFor(budget: {
 
 /** A rate within this part of the one assigned is the same rate: it is not sent again. */
 const SAME_RATE = 0.01;
-/** A rate that moves by more than this part, down or up, is sent at once. */
+/** A rate that falls by more than this part is sent at once; one that rises so, at the second ask. */
 const AT_ONCE = 0.05;
 /** A smaller move is sent once this many reports in a row have asked for it, the same way. */
 export const SETTLE_REPORTS = 3;
+/** A larger rise is sent once this many reports in a row have asked for one. */
+export const RISE_REPORTS = 2;
 
 /** The rate a bucket enforces, and the reports in a row that asked for another (+ up, - down). */
 export interface Settled {
@@ -109,19 +111,24 @@ export interface Settled {
 }
 
 /**
- * The rate to enforce, given the one enforced and the one the shares give now. A move is taken
- * at once when it is large (a client joined or left), and otherwise only when it holds for
- * SETTLE_REPORTS reports: noise goes both ways and resets the streak, so the rate stays put, but
- * a real move is always taken, so a rate cannot freeze away from its share, and a share that
- * falls past AT_ONCE does not stay on top of the others'.
+ * The rate to enforce, given the one enforced and the one the shares give now.
+ * - A fall past AT_ONCE is taken at once (a client joined): a share kept while it falls would
+ *   sit on top of the others'.
+ * - A rise past it is taken when the next report asks for one too (a client left): a single
+ *   report that sees fewer clients than there are (their demand not recorded in time, after the
+ *   store was out) does not hand out their shares, at the cost of one reporting interval.
+ * - A smaller move is taken once it holds for SETTLE_REPORTS reports: noise goes both ways and
+ *   resets the streak, so the rate stays put, but a real move is always taken, so a rate cannot
+ *   freeze away from its share.
  */
 export function settle(last: Settled | undefined, target: number): Settled {
   if (last === undefined || last.rate <= 0) return { rate: target, streak: 0 };
   const move = (target - last.rate) / last.rate;
   if (Math.abs(move) <= SAME_RATE) return { rate: last.rate, streak: 0 };
-  if (Math.abs(move) > AT_ONCE) return { rate: target, streak: 0 };
+  if (move < -AT_ONCE) return { rate: target, streak: 0 };
   const streak = move > 0 ? Math.max(0, last.streak) + 1 : Math.min(0, last.streak) - 1;
-  if (Math.abs(streak) >= SETTLE_REPORTS) return { rate: target, streak: 0 };
+  const needed = move > AT_ONCE ? RISE_REPORTS : SETTLE_REPORTS;
+  if (Math.abs(streak) >= needed) return { rate: target, streak: 0 };
   return { rate: last.rate, streak };
 }
 

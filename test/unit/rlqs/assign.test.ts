@@ -72,11 +72,16 @@ describe('fair RLQS assignments', () => {
     expect(second).toEqual({ maxTokens: 1, tokensPerFill: 2, fillIntervalSeconds: 1 });
   });
 
-  it('takes a large move at once, a small one once it holds for 3 reports, and noise never', () => {
+  it('takes a large fall at once, a large rise at the second ask, a small move once it holds for 3 reports, and noise never', () => {
     expect(settle(undefined, 5)).toEqual({ rate: 5, streak: 0 });
-    // A client joined or left.
-    expect(settle({ rate: 100, streak: 0 }, 111).rate).toBe(111);
+    // A client joined.
     expect(settle({ rate: 100, streak: 0 }, 94).rate).toBe(94);
+    // A client left: taken when the next report asks for a rise too.
+    const asked = settle({ rate: 100, streak: 0 }, 150);
+    expect(asked).toEqual({ rate: 100, streak: 1 });
+    expect(settle(asked, 148).rate).toBe(148);
+    // One report that saw too few clients, then the right ones: nothing moves.
+    expect(settle(asked, 100.5)).toEqual({ rate: 100, streak: 0 });
     // Within 1%: the same rate.
     expect(settle({ rate: 100, streak: 2 }, 100.9)).toEqual({ rate: 100, streak: 0 });
     // 4% lower three reports in a row: taken at the third.

@@ -125,7 +125,7 @@ describe('an RLQS stream', () => {
     expect((await store.decide(check.counters, NOW)).allowed).toBe(false);
   });
 
-  it('sends the same strategy again for a small move until it holds, and a large one at once', async () => {
+  it('sends the same strategy again for a small move until it holds, and a large rise at the second ask', async () => {
     // 1,000 a second: every demand here is under the rule's rate, which caps a consumer's.
     const { session } = fleet({ current: load(RULES.replace('600,', '60000,')) });
     const a = session('a');
@@ -140,6 +140,8 @@ describe('an RLQS stream', () => {
     expect(still).toEqual(first);
     const [held] = await b.report('quota', [usage({ tenant: 't' }, 5, 50)]);
     expect(rateOf(held)).toBeGreaterThan(rateOf(first) * 1.02);
+    const [asked] = await b.report('quota', [usage({ tenant: 't' }, 5, 145)]);
+    expect(asked).toEqual(held);
     const [large] = await b.report('quota', [usage({ tenant: 't' }, 5, 145)]);
     expect(rateOf(large)).toBeGreaterThan(rateOf(held) * 1.1);
   });
@@ -229,18 +231,21 @@ describe('an RLQS stream', () => {
     const [room] = await a.report('quota', [usage({ tenant: 'j' }, 0, 40)]);
     expect(rateOf(room) + rateOf(joined)).toBeLessThanOrEqual(1000);
     await b.report('quota', [usage({ tenant: 'j' }, 0, 40)]);
-    // Measured, b wants its own: a gets most of the pool back.
+    // Measured, b wants its own: a gets most of the pool back, at its second report asking.
+    await a.report('quota', [usage({ tenant: 'j' }, 0, 40)]);
     const [kept] = await a.report('quota', [usage({ tenant: 'j' }, 0, 40)]);
     expect(rateOf(kept)).toBeGreaterThan(rateOf(room) * 5);
   });
 
-  it("gives a closed stream's share to the others at their next report", async () => {
+  it("gives a closed stream's share to the others at their second report", async () => {
     const { session } = fleet({ current: load(RULES) });
     const [a, b] = [session('a'), session('b')];
     await a.report('quota', [usage({ tenant: 'acme' }, 1, 9)]);
     const [half] = await b.report('quota', [usage({ tenant: 'acme' }, 1, 9)]);
     expect(rateOf(half)).toBeCloseTo(5, 0);
     await a.close();
+    const [asked] = await b.report('quota', [usage({ tenant: 'acme' }, 1, 9)]);
+    expect(asked).toEqual(half);
     const [whole] = await b.report('quota', [usage({ tenant: 'acme' }, 1, 9)]);
     expect(rateOf(whole)).toBeCloseTo(10, 0);
   });
