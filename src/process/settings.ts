@@ -212,6 +212,7 @@ export const SETTING_NAMES = [
   'RLCONFIG',
   'RLQS_ASSIGNMENT_TTL_FLOOR',
   'RLQS_ENABLED',
+  'RLQS_MAX_BUCKET_REPORTS_PER_SECOND',
   'RLQS_MAX_BUCKETS_PER_STREAM',
   'RLQS_MAX_CONSUMERS_PER_POOL',
   'RLQS_MAX_QUEUED_BYTES',
@@ -492,11 +493,25 @@ function readRlqs(env: Env): RlqsSettings | undefined {
       `RLQS_MAX_QUEUED_BYTES_TOTAL: ${maxQueuedBytesTotal} is less than RLQS_MAX_QUEUED_BYTES (${maxQueuedBytes}), which one stream may queue`,
     );
   }
+  const maxBucketsPerStream = integer(env, 'RLQS_MAX_BUCKETS_PER_STREAM', 1_000, 1, 1_000_000);
+  const maxBucketReportsPerSecond = integer(
+    env,
+    'RLQS_MAX_BUCKET_REPORTS_PER_SECOND',
+    1_000,
+    1,
+    10_000_000,
+  );
+  if (5 * maxBucketReportsPerSecond < maxBucketsPerStream) {
+    throw new SettingsError(
+      `RLQS_MAX_BUCKET_REPORTS_PER_SECOND: ${maxBucketReportsPerSecond} a second (a burst of ${5 * maxBucketReportsPerSecond}) cannot take one report of RLQS_MAX_BUCKETS_PER_STREAM (${maxBucketsPerStream}) buckets`,
+    );
+  }
   return {
     unmatched: oneOf(env, 'RLQS_UNMATCHED_ACTION', ['allow', 'deny'] as const, 'allow'),
     maxStreams: integer(env, 'RLQS_MAX_STREAMS', 10_000, 1, 1_000_000),
-    maxBucketsPerStream: integer(env, 'RLQS_MAX_BUCKETS_PER_STREAM', 1_000, 1, 1_000_000),
+    maxBucketsPerStream,
     maxReportsPerSecond: integer(env, 'RLQS_MAX_REPORTS_PER_SECOND', 20, 1, 10_000),
+    maxBucketReportsPerSecond,
     staleMs: duration(env, 'RLQS_STALE_STREAM', '10m', 1_000),
     maxQueuedBytes,
     maxQueuedBytesTotal,

@@ -8,6 +8,11 @@ export interface RlqsSettings {
   maxBucketsPerStream: number;
   /** RLQS_MAX_REPORTS_PER_SECOND: usage reports per second per stream, over a 5 s burst. */
   maxReportsPerSecond: number;
+  /**
+   * RLQS_MAX_BUCKET_REPORTS_PER_SECOND: bucket usages per second per stream, over a 5 s burst
+   * (each is store work), at least RLQS_MAX_BUCKETS_PER_STREAM in the burst.
+   */
+  maxBucketReportsPerSecond: number;
   /** RLQS_STALE_STREAM: a stream with no report for this long is ended. */
   staleMs: number;
   /** RLQS_MAX_QUEUED_BYTES: bytes of answers a stream's client has not taken yet. */

@@ -68,6 +68,7 @@ beforeAll(async () => {
     maxStreams: 2,
     maxBucketsPerStream: 3,
     maxReportsPerSecond: 20,
+    maxBucketReportsPerSecond: 1_000,
     staleMs: 60_000,
     maxQueuedBytes: 1 << 20,
     maxQueuedBytesTotal: 8 << 20,

@@ -54,6 +54,7 @@ export interface RlqsStreamOptions extends Pick<
   | 'maxStreams'
   | 'maxBucketsPerStream'
   | 'maxReportsPerSecond'
+  | 'maxBucketReportsPerSecond'
   | 'staleMs'
   | 'maxQueuedBytes'
   | 'maxQueuedBytesTotal'
@@ -146,16 +147,19 @@ function wireAction(action: BucketAction): object {
 }
 
 /** Reports per second: a bucket of a few seconds' worth, refilled continuously. */
-function reportAllowance(perSecond: number): { take(now: number): boolean; lastAt(): number } {
+function reportAllowance(perSecond: number): {
+  take(now: number, units?: number): boolean;
+  lastAt(): number;
+} {
   const burst = perSecond * 5;
   let allowance = burst;
   let last = performance.now();
   return {
-    take(now) {
+    take(now, units = 1) {
       allowance = Math.min(burst, allowance + ((now - last) / 1000) * perSecond);
       last = now;
-      if (allowance < 1) return false;
-      allowance -= 1;
+      if (allowance < units) return false;
+      allowance -= units;
       return true;
     },
     lastAt: () => last,
@@ -402,6 +406,8 @@ function serveStream(
   release: () => void,
 ): (code: grpc.status, details: string) => void {
   const allowance = reportAllowance(options.maxReportsPerSecond);
+  // Each bucket of a report is store work: a stream's whole work a second is bounded too.
+  const bucketAllowance = reportAllowance(options.maxBucketReportsPerSecond);
   let domain: string | undefined;
   let chain = Promise.resolve();
   const end = output.end;
@@ -468,6 +474,14 @@ function serveStream(
       return;
     }
     domain = report.domain;
+    if (!bucketAllowance.take(performance.now(), report.usages.length)) {
+      event({ kind: 'refused', reason: 'reports' });
+      end(
+        grpc.status.RESOURCE_EXHAUSTED,
+        `more than ${options.maxBucketReportsPerSecond} bucket usages a second, RLQS_MAX_BUCKET_REPORTS_PER_SECOND`,
+      );
+      return;
+    }
     // Reports waiting for their answers count as queued too: a report that comes faster than
     // its answers leave waits in this process, as its answer would.
     const bytes = answerBytes(report.usages);
