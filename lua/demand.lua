@@ -1,14 +1,10 @@
 -- RLQS demand: one pool's consumers (a bucket on a stream) and their recent demand, in one hash,
 -- so every worker and every instance splits the pool over the same clients.
 -- KEYS[1]: the pool's hash. ARGV: consumer, demand, ttl_ms, now_ms ('' for Redis TIME),
--- max_consumers, carried, window ('' and '' for none). Each consumer's field is
--- "demand:expires_at_ms". Records the consumer (unless the pool is full and it is new), drops the
--- expired ones, and returns {total demand, live consumers, recorded '1' or '0', carried} as
--- strings, the consumer included when it was recorded. The hash lives as long as its
--- longest-lived consumer.
--- Carried: what a consumer's reports charged to the fixed window `window` (an index of the
--- counter's windows) that it admitted before that window began, in the field "carry|consumer"
--- as "requests:window:expires_at_ms"; the result sums the live consumers' for `window`.
+-- max_consumers. Each field is "demand:expires_at_ms". Records the consumer (unless the pool is
+-- full and it is new), drops the expired ones, and returns {total demand, live consumers,
+-- recorded '1' or '0'} as strings, the consumer included when it was recorded. The hash lives as
+-- long as its longest-lived consumer.
 local key = KEYS[1]
 local consumer = ARGV[1]
 local demand = tonumber(ARGV[2])
@@ -19,34 +15,21 @@ if now == nil then
   now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 local max_consumers = tonumber(ARGV[5])
-local carried = tonumber(ARGV[6])
-local window = ARGV[7]
-local carry_field = 'carry|' .. consumer
 
 local fields = redis.call('HGETALL', key)
-local total, live, known, last, carry_total = 0, 0, false, now + ttl, 0
+local total, live, known, last = 0, 0, false, now + ttl
 for i = 1, #fields, 2 do
-  local name, value = fields[i], fields[i + 1]
-  if string.sub(name, 1, 6) == 'carry|' then
-    local requests, at, expires = string.match(value, '^([^:]+):([^:]+):([^:]+)$')
-    expires = tonumber(expires) or 0
-    if expires <= now then
-      redis.call('HDEL', key, name)
-    elseif name ~= carry_field and at == window then
-      carry_total = carry_total + (tonumber(requests) or 0)
-    end
+  local value = fields[i + 1]
+  local sep = string.find(value, ':', 1, true)
+  local expires = sep and tonumber(string.sub(value, sep + 1)) or 0
+  if fields[i] == consumer then
+    known = true
+  elseif expires <= now then
+    redis.call('HDEL', key, fields[i])
   else
-    local sep = string.find(value, ':', 1, true)
-    local expires = sep and tonumber(string.sub(value, sep + 1)) or 0
-    if name == consumer then
-      known = true
-    elseif expires <= now then
-      redis.call('HDEL', key, name)
-    else
-      live = live + 1
-      total = total + (tonumber(string.sub(value, 1, sep - 1)) or 0)
-      if expires > last then last = expires end
-    end
+    live = live + 1
+    total = total + (tonumber(string.sub(value, 1, sep - 1)) or 0)
+    if expires > last then last = expires end
   end
 end
 local recorded = known or live < max_consumers
@@ -54,14 +37,6 @@ if recorded then
   redis.call('HSET', key, consumer, string.format('%.17g', demand) .. ':' .. tostring(now + ttl))
   live = live + 1
   total = total + demand
-  if carried ~= nil and carried > 0 then
-    redis.call('HSET', key, carry_field,
-      string.format('%.17g', carried) .. ':' .. window .. ':' .. tostring(now + ttl))
-    carry_total = carry_total + carried
-  else
-    redis.call('HDEL', key, carry_field)
-  end
 end
 redis.call('PEXPIRE', key, last - now)
-return {string.format('%.17g', total), tostring(live), recorded and '1' or '0',
-        string.format('%.17g', carry_total)}
+return {string.format('%.17g', total), tostring(live), recorded and '1' or '0'}

@@ -1,7 +1,8 @@
 /**
  * A report's charges, and what they say of a rule: its allowed requests land on the rule's
- * counters, as a classic check's would; each counter's RLQS clients share its rate as a pool; and
- * a window that classic checks have spent is denied to them.
+ * counters, as a classic check's would, charged ahead of the client's admissions; each counter's
+ * RLQS clients share its rate as a pool; and a window that classic checks have spent is denied
+ * to them.
  */
 import { COST_CAP, type CounterCheck, type CounterResult, type Store } from '../store/Store.js';
 import type { AdmissionWatch } from './admissions.js';
@@ -41,83 +42,87 @@ export function poolOf(counter: CounterCheck): Pool {
 export const poolKey = (counter: CounterCheck): string => `${counter.key}:rlqs`;
 
 /**
- * A window rule's counter that has less left in its window than half of what its RLQS clients
- * would take, at the rule's rate, before this stream's next report (or the window's end, if
- * sooner): classic checks (or fallbacks) have taken more than their part. Denied now, the rest
- * goes to classic checks. Clients alone on a rule keep to its pace, and are never denied so.
- *
- * A report's charges land in the window it arrives in, so a fixed window's count also holds what
- * the streams admitted before the window began, in the part of each one's first report there
- * that came before the boundary: `carried[at]`, the pool's consumers' together (store/demand.ts),
- * given back to what is left. With reports as far apart as Envoy's released 5 s, half a window,
- * the part is large: unseen, clients alone would look spent in every window whose boundary came
- * just before their reports, and each stream's own part alone is not enough when they report
- * together.
+ * A window rule's counter with nothing left in its window: classic checks (or fallbacks) took
+ * more than their part, since the RLQS clients' own admissions are charged ahead (`reserveAhead`)
+ * and their pace leaves half a second of the window. Denied now, the rest of the window goes to
+ * classic checks. Token-bucket rules are never spent so.
  */
 export function spent(
   counters: readonly CounterCheck[],
   results: readonly CounterResult[],
-  intervalMs: number | undefined,
-  carried: readonly number[] = [],
 ): boolean {
   return counters.some((counter, at) => {
     const result = results[at];
     if (counter.shadow || counter.algorithm === 'token_bucket' || result === undefined) {
       return false;
     }
-    let untilNextMs = intervalMs ?? 1_000;
-    if (counter.algorithm === 'fixed_window' && result.resetMs >= 0) {
-      untilNextMs = Math.min(untilNextMs, result.resetMs);
-    }
-    // Spent, whatever was carried: RLQS clients alone never fill a window (their pace leaves
-    // half a second of it), and past the limit what is left reads 0, however far past.
-    if (result.remaining <= 0) return true;
-    const expected = (poolOf(counter).ratePerSecond * untilNextMs) / 1_000;
-    return result.remaining + (carried[at] ?? 0) < expected / 2;
+    return result.remaining <= 0;
   });
 }
 
-/** What a stream's reports charged to a fixed window that it admitted before the window began. */
-export interface Carry {
-  /** The window's end, on the session's monotonic clock. */
-  endsAt: number;
+/** What a bucket holds charged ahead on a counter, and the fixed window it was charged in. */
+export interface Reserve {
   requests: number;
+  /** The window's index: its start over its length. */
+  window: number;
 }
 
 /**
- * Adds a report's part from before its window began to `carry` (a new window starts it afresh),
- * and returns the window's whole carry. The report's allowed requests came evenly over
- * `coveredMs` before `at`; the window has `resetMs` left of `windowMs`.
+ * Charging ahead: a report's allowed requests were admitted over the interval before it, and
+ * land in the counter only now, a whole reporting interval late (Envoy's released 5 s is half a
+ * 10 s window), while classic checks on the same counter see none of them. So each report also
+ * charges what its client will admit, at its rate, before its next report: its reserve. The next
+ * report's allowed requests come out of the reserve, and only what passes it is charged; the
+ * reserve is topped up to `target` again: what the client admits before its next report or the
+ * window's end, whichever comes first (what it admits after lands in the next window when it is
+ * reported, as without a reserve). A reserve charged in an earlier window was spent with that
+ * window, so the new window's is charged whole. What a reserve holds past what its client
+ * admitted stays charged (a client slower than its rate counts a little early). Only plain fixed
+ * windows are charged ahead.
  */
-export function carryOver(
-  carry: Carry | undefined,
-  report: { at: number; allowed: number; coveredMs: number },
-  window: { windowMs: number; resetMs: number },
-): Carry {
-  const endsAt = report.at + window.resetMs;
-  // One window's ends, seen from reports at different times, differ by the calls' latency.
-  const same = carry !== undefined && Math.abs(carry.endsAt - endsAt) < window.windowMs / 2;
-  const sinceStartMs = window.windowMs - window.resetMs;
-  const beforeMs = Math.max(0, report.coveredMs - sinceStartMs);
-  const part = report.coveredMs > 0 ? report.allowed * Math.min(1, beforeMs / report.coveredMs) : 0;
-  return { endsAt, requests: (same ? carry.requests : 0) + part };
+export function reserveAhead(
+  last: Reserve | undefined,
+  allowed: number,
+  target: number,
+  window: number,
+): { cost: number; reserve: Reserve } {
+  const held = last?.requests ?? 0;
+  const over = Math.max(0, allowed - held);
+  const left = last !== undefined && last.window === window ? Math.max(0, held - allowed) : 0;
+  const topUp = Math.max(0, Math.floor(target) - left);
+  return { cost: over + topUp, reserve: { requests: left + topUp, window } };
 }
 
 /**
- * Charges a report's allowed requests to its counters, with overdraw: they were admitted already.
- * Charged even when none was (cost 0 consumes nothing): a window that classic checks have spent
- * is answered DENY_ALL. Resolves with the counters'
- * results, and tells of what passed a limit in its window.
+ * The fixed window holding `wallMs`, as its index and the milliseconds left in it; undefined for
+ * counters that are not plain fixed windows (calendar windows, sliding windows, token buckets),
+ * which are charged as reported, not ahead.
+ */
+export function fixedWindowAt(
+  counter: CounterCheck,
+  wallMs: number,
+): { index: number; leftMs: number } | undefined {
+  if (counter.algorithm !== 'fixed_window' || counter.calendar !== undefined) return undefined;
+  const index = Math.floor(wallMs / counter.windowMs);
+  return { index, leftMs: (index + 1) * counter.windowMs - wallMs };
+}
+
+/**
+ * Charges a report's costs to its counters (`reserveAhead`), with overdraw: the requests were
+ * admitted already, or will be. Charged even when none is (cost 0 consumes nothing): a window
+ * that classic checks have spent is answered DENY_ALL. Resolves with the counters' results, and
+ * tells of reported allowed requests that passed a limit in its window.
  */
 export async function charge(
   options: ChargeOptions,
   counters: readonly CounterCheck[],
+  costs: readonly number[],
   allowed: number,
   nowMs: number | undefined,
 ): Promise<CounterResult[]> {
-  const charged = counters.map((counter) => ({
+  const charged = counters.map((counter, at) => ({
     ...counter,
-    cost: Math.min(allowed, COST_CAP),
+    cost: Math.min(costs[at] ?? allowed, COST_CAP),
     overdraw: true,
     shadow: false,
     quota: false,

@@ -3,7 +3,8 @@
  * bucket of the report it
  * 1. matches the bucket against the rules of the stream's domain (buckets.ts);
  * 2. charges the reported allowed requests to the same counters a classic check uses, with
- *    overdraw, since those requests were already admitted (charging.ts);
+ *    overdraw, since those requests were already admitted, and ahead: what its client will admit
+ *    before its next report is charged now, so that classic checks see it (charging.ts);
  * 3. measures the bucket's demand (allowed plus denied per second, usage.ts), records it on each
  *    enforced counter's pool, and reads back every consumer's (store/demand.ts);
  * 4. answers the token bucket of its share (assign.ts), the same strategy again (which extends
@@ -17,6 +18,7 @@ import type { RuleSet } from '../rules/types.js';
 import type { CounterCheck, CounterResult, Store } from '../store/Store.js';
 import type { AdmissionWatch } from './admissions.js';
 import {
+  RELEASED_REPORTING_MS,
   assignmentTtlMs,
   consumerBudget,
   settle,
@@ -26,8 +28,16 @@ import {
   type TokenBucketStrategy,
 } from './assign.js';
 import { bucketCheck, bucketName, bucketPath, type Bucket } from './buckets.js';
-import type { CarriedInto, DemandStore } from '../store/demand.js';
-import { carryOver, charge, poolKey, poolOf, spent, type Carry } from './charging.js';
+import type { DemandStore } from '../store/demand.js';
+import {
+  charge,
+  poolKey,
+  poolOf,
+  reserveAhead,
+  spent,
+  fixedWindowAt,
+  type Reserve,
+} from './charging.js';
 import { ELAPSED_SLACK_MS, MAX_ELAPSED_MS, checkPlausible, clampElapsed } from './trust.js';
 import { measureDemand, newDemandMeter, type BucketUsage, type DemandMeter } from './usage.js';
 
@@ -78,8 +88,8 @@ interface Held extends DemandMeter {
   pools: Set<string>;
   /** When its last report came (the monotonic clock). */
   seenAt: number;
-  /** Per fixed-window counter key, what its reports carried into the window (charging.ts). */
-  carries: Map<string, Carry>;
+  /** Per counter key, what it holds charged ahead of its client's admissions (charging.ts). */
+  reserves: Map<string, Reserve>;
 }
 
 /** Buckets of a report whose store calls are sent at once. */
@@ -141,7 +151,7 @@ function newHeld(seenAt: number): Held {
   return {
     ...newDemandMeter(),
     seenAt,
-    carries: new Map(),
+    reserves: new Map(),
     matched: false,
     settled: undefined,
     strategy: undefined,
@@ -216,14 +226,13 @@ function tokenBucketStrategy(state: Held, shares: readonly PoolShare[]): Strateg
 }
 
 /**
- * Records a bucket's demand in the pool of each of its enforced counters, with what it carried
- * into each fixed window, and reads back each pool's: the bucket's shares, and per counter what
- * the pool's consumers together carried into its window (0 for the others and shadow ones).
+ * Records a bucket's demand in the pool of each of its enforced counters, and reads back each
+ * pool's: the bucket's shares.
  */
 async function recordDemand(
   options: SessionOptions,
   state: Held,
-  counters: readonly CounterCheck[],
+  enforced: readonly CounterCheck[],
   bucket: {
     consumer: string;
     demand: number;
@@ -231,39 +240,28 @@ async function recordDemand(
     estimated: boolean;
     ttlMs: number;
     nowMs: number | undefined;
-    /** Per counter, its window and this bucket's part carried into it (carriedInto). */
-    carries: readonly (CarriedInto | undefined)[];
   },
-): Promise<{ shares: PoolShare[]; carried: number[] }> {
-  const { consumer, demand, estimated, ttlMs, nowMs, carries } = bucket;
-  const carried = counters.map(() => 0);
-  const shares = await Promise.all(
-    counters.flatMap((counter, at) => {
-      if (counter.shadow) return [];
-      return [
-        (async (): Promise<PoolShare> => {
-          const key = poolKey(counter);
-          state.pools.add(key);
-          const rule = poolOf(counter);
-          // No consumer can use more than the whole pool: what it claims past that takes nothing.
-          const own = Math.min(demand, rule.ratePerSecond);
-          // A joining bucket's first estimate is low (its first report is Envoy's immediate one,
-          // of a request or two), so the others see it as wanting the whole pool until it is
-          // measured: they make room at once, rather than take what it will want. Its own share
-          // is its estimate's.
-          const claim = estimated ? rule.ratePerSecond : own;
-          const carry = carries[at];
-          const pool = await options.demand.record(key, consumer, claim, ttlMs, nowMs, carry);
-          // Past the pool's consumer bound this one is not recorded, but its share still counts it.
-          const totalDemand = (pool.recorded ? pool.totalDemand - claim : pool.totalDemand) + own;
-          const consumers = pool.recorded ? pool.consumers : pool.consumers + 1;
-          carried[at] = pool.recorded ? pool.carried : pool.carried + (carry?.requests ?? 0);
-          return { pool: rule, demand: own, totalDemand, consumers };
-        })(),
-      ];
+): Promise<PoolShare[]> {
+  const { consumer, demand, estimated, ttlMs, nowMs } = bucket;
+  return Promise.all(
+    enforced.map(async (counter) => {
+      const key = poolKey(counter);
+      state.pools.add(key);
+      const rule = poolOf(counter);
+      // No consumer can use more than the whole pool: what it claims past that takes nothing.
+      const own = Math.min(demand, rule.ratePerSecond);
+      // A joining bucket's first estimate is low (its first report is Envoy's immediate one, of a
+      // request or two), so the others see it as wanting the whole pool until it is measured:
+      // they make room at once, rather than take what it will want. Its own share is its
+      // estimate's.
+      const claim = estimated ? rule.ratePerSecond : own;
+      const pool = await options.demand.record(key, consumer, claim, ttlMs, nowMs);
+      // Past the pool's consumer bound this one is not recorded, but its share still counts it.
+      const totalDemand = (pool.recorded ? pool.totalDemand - claim : pool.totalDemand) + own;
+      const consumers = pool.recorded ? pool.consumers : pool.consumers + 1;
+      return { pool: rule, demand: own, totalDemand, consumers };
     }),
   );
-  return { shares, carried };
 }
 
 /**
@@ -301,28 +299,68 @@ function outliveStore(
 }
 
 /**
- * Per counter, what this bucket's reports charged to its fixed window that they admitted before
- * the window began (charging.ts, carryOver), this report's part added, with the window it is
- * for; undefined for other algorithms. `wallMs`: the wall clock now, to name the window.
+ * Per counter, what to charge for this report, charging ahead (charging.ts, `reserveAhead`): the
+ * reserve's target is what the bucket's client will admit at `rate` (and at most its demand)
+ * before its next report, expected a reporting interval away, or as far as this one came, or
+ * before the window ends. Counters that are not plain fixed windows are charged as reported.
  */
-function carriedInto(
+function reportCosts(
   state: Held,
-  counters: readonly CounterCheck[],
-  results: readonly CounterResult[],
-  report: { at: number; allowed: number; coveredMs: number; wallMs: number },
-): (CarriedInto | undefined)[] {
-  return counters.map((counter, at) => {
-    const result = results[at];
-    if (counter.algorithm !== 'fixed_window' || result === undefined || result.resetMs < 0) {
-      return undefined;
-    }
-    const window = { windowMs: counter.windowMs, resetMs: result.resetMs };
-    const carry = carryOver(state.carries.get(counter.key), report, window);
-    state.carries.set(counter.key, carry);
-    // Windows end on multiples of their length: the index holds across clocks a little apart.
-    const index = Math.round((report.wallMs + result.resetMs) / counter.windowMs);
-    return { window: index, requests: carry.requests };
+  prepared: Prepared,
+  report: { rate: number; demand: number; wallMs: number },
+): number[] {
+  const intervalMs = Math.max(state.intervalMs ?? RELEASED_REPORTING_MS, prepared.coveredMs);
+  const perMs = Math.min(report.rate, report.demand) / 1000;
+  const allowed = prepared.usage.allowed;
+  return prepared.counters.map((counter) => {
+    const window = fixedWindowAt(counter, report.wallMs);
+    if (window === undefined) return allowed;
+    const target = perMs * Math.min(intervalMs, window.leftMs);
+    const last = state.reserves.get(counter.key);
+    const { cost, reserve } = reserveAhead(last, allowed, target, window.index);
+    state.reserves.set(counter.key, reserve);
+    return cost;
   });
+}
+
+/**
+ * The bucket's token bucket from its shares, charged for: the report's allowed requests and the
+ * reserve for what the new assignment will admit before the next report (reportCosts), in one
+ * store call. DENY_ALL instead when the charge finds the window spent: classic checks (or
+ * fallbacks) took it, and the bucket is denied until a report after it rolls over.
+ */
+async function chargeAndAssign(
+  options: SessionOptions,
+  state: Held,
+  prepared: Prepared,
+  report: {
+    shares: readonly PoolShare[];
+    /** Its demand, a second; Infinity while only estimated: the reserve takes its rate. */
+    demand: number;
+    nowMs: number | undefined;
+    wallMs: number;
+  },
+): Promise<Strategy> {
+  const before = { settled: state.settled, reserves: new Map(state.reserves) };
+  const strategy = tokenBucketStrategy(state, report.shares);
+  const rate = state.settled?.rate ?? 0;
+  const costs = reportCosts(state, prepared, {
+    rate,
+    demand: report.demand,
+    wallMs: report.wallMs,
+  });
+  let results: CounterResult[];
+  try {
+    results = await charge(options, prepared.counters, costs, prepared.usage.allowed, report.nowMs);
+  } catch (error) {
+    // Answered from the last assignment (outliveStore): it stays the one settled on.
+    state.settled = before.settled;
+    state.reserves = before.reserves;
+    throw error;
+  }
+  if (!spent(prepared.counters, results)) return strategy;
+  state.settled = undefined;
+  return { kind: 'blanket', rule: 'DENY_ALL' };
 }
 
 export function createSession(options: SessionOptions): Session {
@@ -354,32 +392,26 @@ export function createSession(options: SessionOptions): Session {
     }
     state.matched = true;
     const nowMs = options.clock?.();
-    const results = await charge(options, counters, usage.allowed, nowMs);
-    if (counters.every((counter) => counter.shadow)) {
+    const wallMs = nowMs ?? Date.now();
+    const enforced = counters.filter((counter) => !counter.shadow);
+    if (enforced.length === 0) {
+      await charge(options, counters, [], usage.allowed, nowMs);
       state.strategy = blanket('ALLOW_ALL');
       return { bucket: usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
     }
-    const carries = carriedInto(state, counters, results, {
-      at: prepared.at,
-      allowed: usage.allowed,
-      coveredMs,
-      wallMs: nowMs ?? Date.now(),
-    });
-    const { shares, carried } = await recordDemand(options, state, counters, {
+    const shares = await recordDemand(options, state, enforced, {
       consumer: consumerOf(name),
       demand,
       estimated,
       ttlMs,
       nowMs,
-      carries,
     });
-    if (spent(counters, results, state.intervalMs, carried)) {
-      // Classic checks (or fallbacks) took the window: denied until a report after it rolls over.
-      state.settled = undefined;
-      state.strategy = blanket('DENY_ALL');
-      return { bucket: usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
-    }
-    state.strategy = tokenBucketStrategy(state, shares);
+    state.strategy = await chargeAndAssign(options, state, prepared, {
+      shares,
+      demand: estimated ? Infinity : demand,
+      nowMs,
+      wallMs,
+    });
     return { bucket: usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
   }
 

@@ -15,18 +15,6 @@ export interface PoolDemand {
   consumers: number;
   /** false: the pool was full and this consumer new, so it is in neither count. */
   recorded: boolean;
-  /**
-   * What the live consumers' reports charged to the fixed window named in `record` that they
-   * admitted before it began (RLQS's charges land in the window they arrive in); 0 with none.
-   */
-  carried: number;
-}
-
-/** A consumer's part charged to a fixed window from before it began. */
-export interface CarriedInto {
-  /** The window, as an index of the counter's windows (its end over its length). */
-  window: number;
-  requests: number;
 }
 
 export interface DemandStore {
@@ -34,7 +22,6 @@ export interface DemandStore {
    * Records `consumer`'s demand on `pool` for `ttlMs`, and resolves with the pool's live demand.
    * A pool holds at most `maxConsumers`; a new consumer past that is not recorded (and not
    * counted). `nowMs` as for the store's decisions: undefined takes the backend's clock.
-   * `carry`: this consumer's part carried into a fixed window, summed with the others' for it.
    */
   record(
     pool: string,
@@ -42,7 +29,6 @@ export interface DemandStore {
     demand: number,
     ttlMs: number,
     nowMs: number | undefined,
-    carry?: CarriedInto,
   ): Promise<PoolDemand>;
   /** Drops `consumer` from `pool` (its stream closed), so the others' shares grow at once. */
   forget(pool: string, consumer: string): Promise<void>;
@@ -55,7 +41,6 @@ export interface DemandOptions {
 interface Entry {
   demand: number;
   expiresAt: number;
-  carry: CarriedInto | undefined;
 }
 
 export function createMemoryDemand(
@@ -66,7 +51,7 @@ export function createMemoryDemand(
   // Expired pools are dropped at most once a second, not on every report.
   let sweptAt = -Infinity;
   return {
-    async record(pool, consumer, demand, ttlMs, nowMs, carry) {
+    async record(pool, consumer, demand, ttlMs, nowMs) {
       const now = nowMs ?? clock();
       if (now - sweptAt >= 1000) {
         sweptAt = now;
@@ -78,16 +63,12 @@ export function createMemoryDemand(
         pools.set(pool, held);
       }
       let total = 0;
-      let carried = 0;
       let last = now + ttlMs;
       for (const [name, entry] of held.consumers) {
         if (name === consumer) continue;
         if (entry.expiresAt <= now) held.consumers.delete(name);
         else {
           total += entry.demand;
-          if (carry !== undefined && entry.carry?.window === carry.window) {
-            carried += entry.carry.requests;
-          }
           last = Math.max(last, entry.expiresAt);
         }
       }
@@ -95,14 +76,13 @@ export function createMemoryDemand(
       let consumers = others;
       const recorded = held.consumers.has(consumer) || others < options.maxConsumers;
       if (recorded) {
-        held.consumers.set(consumer, { demand, expiresAt: now + ttlMs, carry });
+        held.consumers.set(consumer, { demand, expiresAt: now + ttlMs });
         consumers += 1;
         total += demand;
-        carried += carry?.requests ?? 0;
       }
       // The pool lives as long as its longest-lived consumer.
       held.expiresAt = last;
-      return { totalDemand: total, consumers, recorded, carried };
+      return { totalDemand: total, consumers, recorded };
     },
     async forget(pool, consumer) {
       pools.get(pool)?.consumers.delete(consumer);
@@ -115,7 +95,7 @@ export function loadDemandScript(): string {
   return readFileSync(fileURLToPath(new URL('../../lua/demand.lua', import.meta.url)), 'utf8');
 }
 
-type DemandCommand = (key: string, ...args: string[]) => Promise<[string, string, string, string]>;
+type DemandCommand = (key: string, ...args: string[]) => Promise<[string, string, string]>;
 
 /**
  * The demand store on the store's Redis connection (single, Sentinel's master, or a cluster):
@@ -124,8 +104,8 @@ type DemandCommand = (key: string, ...args: string[]) => Promise<[string, string
 export function createRedisDemand(redis: RedisAccess, options: DemandOptions): DemandStore {
   redis.connection.defineCommand('tollgateDemand', { lua: loadDemandScript(), numberOfKeys: 1 });
   return {
-    async record(pool, consumer, demand, ttlMs, nowMs, carry) {
-      const [total, live, recorded, carried] = await redis.call((connection) =>
+    async record(pool, consumer, demand, ttlMs, nowMs) {
+      const [total, live, recorded] = await redis.call((connection) =>
         (connection as unknown as { tollgateDemand: DemandCommand }).tollgateDemand(
           pool,
           consumer,
@@ -133,19 +113,12 @@ export function createRedisDemand(redis: RedisAccess, options: DemandOptions): D
           String(Math.max(1, Math.ceil(ttlMs))),
           nowMs === undefined ? '' : String(Math.floor(nowMs)),
           String(options.maxConsumers),
-          carry === undefined ? '' : String(carry.requests),
-          carry === undefined ? '' : String(carry.window),
         ),
       );
-      return {
-        totalDemand: Number(total),
-        consumers: Number(live),
-        recorded: recorded === '1',
-        carried: Number(carried),
-      };
+      return { totalDemand: Number(total), consumers: Number(live), recorded: recorded === '1' };
     },
     async forget(pool, consumer) {
-      await redis.call((connection) => connection.hdel(pool, consumer, `carry|${consumer}`));
+      await redis.call((connection) => connection.hdel(pool, consumer));
     },
   };
 }

@@ -70,17 +70,21 @@ describe('RLQS on Redis Cluster', () => {
         stream.stream.write(usageReport({ tenant: 'acme' }, 5, undefined, 5));
         rates.push(rateOf(await stream.next()));
       }
-      // 10 a second of the rule, less the second it keeps back, split evenly across instances.
-      const half = (10 * (1 - 1 / 3600)) / 2;
+      // 10 a second of the rule, less the half second it keeps back, split evenly across instances.
+      const half = (10 * (1 - 0.5 / 3600)) / 2;
       for (const rate of rates) expect(rate).toBeCloseTo(half, 0);
 
-      // Four reports of 5 allowed: a classic check sees 20 taken, and takes one more.
+      // Four reports of 5 allowed, and what each stream's client will admit until its next
+      // report (about a second at 5 a second) charged ahead: a classic check sees 20 to 30 taken,
+      // and takes one more.
       const check = await instances[0]!.check({
         domain: 'quota',
         descriptors: [d('tenant', 'acme')],
       });
       expect(codes(check)).toEqual(['OK', 'OK']);
-      expect(check.statuses?.[0]?.limit_remaining).toBe(36_000 - 20 - 1);
+      const taken = 36_000 - 1 - (check.statuses?.[0]?.limit_remaining ?? 0);
+      expect(taken).toBeGreaterThanOrEqual(20);
+      expect(taken).toBeLessThanOrEqual(30);
 
       const keys = await keysByNode();
       const counter = [...keys.keys()].find(

@@ -45,19 +45,16 @@ describe.each([
       totalDemand: 10,
       consumers: 1,
       recorded: true,
-      carried: 0,
     });
     expect(await store.record(p, 'b', 30, 3000, T0)).toEqual({
       totalDemand: 40,
       consumers: 2,
       recorded: true,
-      carried: 0,
     });
     expect(await store.record(p, 'a', 12.5, 3000, T0 + 100)).toEqual({
       totalDemand: 42.5,
       consumers: 2,
       recorded: true,
-      carried: 0,
     });
   });
 
@@ -70,7 +67,6 @@ describe.each([
       totalDemand: 30,
       consumers: 1,
       recorded: true,
-      carried: 0,
     });
   });
 
@@ -82,13 +78,11 @@ describe.each([
       totalDemand: 3,
       consumers: 3,
       recorded: false,
-      carried: 0,
     });
     expect(await store.record(p, 'a', 2, 5000, T0)).toEqual({
       totalDemand: 4,
       consumers: 3,
       recorded: true,
-      carried: 0,
     });
   });
 
@@ -101,7 +95,6 @@ describe.each([
       totalDemand: 6,
       consumers: 2,
       recorded: true,
-      carried: 0,
     });
   });
 
@@ -115,27 +108,7 @@ describe.each([
       totalDemand: 30,
       consumers: 1,
       recorded: true,
-      carried: 0,
     });
-  });
-
-  it("sums what the live consumers carried into one window, and forgets a closed stream's", async () => {
-    const store = await make();
-    const p = pool();
-    const into = (window: number, requests: number) => ({ window, requests });
-    expect((await store.record(p, 'a', 10, 5000, T0, into(7, 100))).carried).toBe(100);
-    expect((await store.record(p, 'b', 10, 5000, T0, into(7, 40))).carried).toBe(140);
-    // Another window's part is not this one's; a consumer's later report replaces its own.
-    expect((await store.record(p, 'c', 10, 5000, T0, into(8, 5))).carried).toBe(5);
-    expect((await store.record(p, 'a', 10, 5000, T0, into(7, 120))).carried).toBe(160);
-    // None carried now: its earlier part is gone.
-    await store.record(p, 'b', 10, 5000, T0);
-    expect((await store.record(p, 'a', 10, 5000, T0, into(7, 120))).carried).toBe(120);
-    await store.forget(p, 'a');
-    expect((await store.record(p, 'b', 10, 5000, T0 + 1, into(7, 1))).carried).toBe(1);
-    // An expired consumer's part expires with it.
-    await store.record(p, 'd', 10, 1000, T0, into(9, 50));
-    expect((await store.record(p, 'b', 10, 5000, T0 + 2000, into(9, 1))).carried).toBe(1);
   });
 
   it('keeps pools apart', async () => {
@@ -146,7 +119,6 @@ describe.each([
       totalDemand: 1,
       consumers: 1,
       recorded: true,
-      carried: 0,
     });
   });
 });
@@ -161,7 +133,6 @@ describe('RLQS demand in Redis', () => {
       totalDemand: 10,
       consumers: 2,
       recorded: true,
-      carried: 0,
     });
     const ttl = await client.pttl('{x}pool');
     expect(ttl).toBeGreaterThan(50_000);

@@ -1,5 +1,5 @@
 import type { SimClient, SimResult, SimScenario } from './rlqsSim.js';
-import type { ManualClock } from './tollgate.js';
+import { codes, d, type ManualClock, type Tollgate } from './tollgate.js';
 
 /**
  * What the RLQS fleet scenarios share: a rule of L per 10 s window (R = 200 a second), a 500 ms
@@ -85,3 +85,35 @@ export const skewedClients = (n: number): SimClient[] =>
     jitter: 0.2,
     buckets: [],
   }));
+
+/**
+ * ShouldRateLimit on the fleet domain's `tenant` at `rps` until `untilMs` (epoch ms), beside an
+ * RLQS fleet on the same tenant: the OK answers per epoch-aligned window, by when each was sent.
+ */
+export async function classicLoad(
+  tollgate: Tollgate,
+  tenant: string,
+  rps: number,
+  untilMs: number,
+): Promise<Map<number, number>> {
+  const allowed = new Map<number, number>();
+  const pending: Promise<void>[] = [];
+  const start = Date.now();
+  for (let n = 0; Date.now() < untilMs; n++) {
+    const due = start + (n * 1000) / rps;
+    if (due > Date.now()) await new Promise((resolve) => setTimeout(resolve, due - Date.now()));
+    const sentAt = Date.now();
+    pending.push(
+      tollgate.check({ domain: 'fleet', descriptors: [d('tenant', tenant)] }).then(
+        (response) => {
+          if (codes(response)[0] !== 'OK') return;
+          const window = sentAt - (sentAt % W);
+          allowed.set(window, (allowed.get(window) ?? 0) + 1);
+        },
+        () => undefined,
+      ),
+    );
+  }
+  await Promise.all(pending);
+  return allowed;
+}

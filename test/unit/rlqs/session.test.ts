@@ -10,7 +10,7 @@ import { ruleQuota } from '../../../src/decision/quota.js';
 import { loadRules } from '../../../src/rules/loadRules.js';
 import type { RuleSet } from '../../../src/rules/types.js';
 import { createAdmissionWatch } from '../../../src/rlqs/admissions.js';
-import { carryOver, spent } from '../../../src/rlqs/charging.js';
+import { reserveAhead, spent } from '../../../src/rlqs/charging.js';
 import type { CounterCheck } from '../../../src/store/Store.js';
 import { createMemoryDemand } from '../../../src/store/demand.js';
 import {
@@ -106,23 +106,33 @@ describe('an RLQS stream', () => {
     expect(toA).toMatchObject({ kind: 'assign', ttlMs: 3000 });
   });
 
-  it('charges reported admissions to the counters a classic check uses', async () => {
+  it('charges reported admissions, and what the client will admit until its next report, to the counters a classic check uses', async () => {
     const rules = load(RULES);
     const { session, store } = fleet({ current: rules });
-    await session('a').report('quota', [usage({ tenant: 'acme' }, 590)]);
-    const check = planCheck(
+    const a = session('a');
+    const peek = planCheck(
       {
         domain: 'quota',
         descriptors: [{ entries: [{ key: 'tenant', value: 'acme' }] }],
-        hitsAddend: 1,
+        hitsAddend: 0,
       },
       rules,
       plan,
     );
-    const first = await store.decide(check.counters, NOW);
-    expect(first.results[0]?.remaining).toBe(9);
-    await session('a').report('quota', [usage({ tenant: 'acme' }, 100)]);
-    expect((await store.decide(check.counters, NOW)).allowed).toBe(false);
+    // A cost of 0 reads the counter without consuming.
+    const read = peek.counters.map((counter) => ({ ...counter, cost: 0 }));
+    const left = async () => (await store.decide(read, NOW)).results[0]!.remaining;
+    const before = await left();
+    await a.report('quota', [usage({ tenant: 'acme' }, 100)]);
+    // 100 admitted, and one reporting interval (1 s) at the assigned 9.9 a second: 9 charged
+    // ahead.
+    expect(await left()).toBe(before - 100 - 9);
+    // 10 admitted: 9 came out of what was charged ahead, 1 passed it; 9 more are charged ahead.
+    await a.report('quota', [usage({ tenant: 'acme' }, 10)]);
+    expect(await left()).toBe(before - 100 - 9 - 10);
+    // 500 admitted pass what was charged ahead: the rest is charged now, past the limit.
+    await a.report('quota', [usage({ tenant: 'acme' }, 500)]);
+    expect(await left()).toBe(0);
   });
 
   it('sends the same strategy again for a small move until it holds, and a large rise at the second ask', async () => {
@@ -198,16 +208,20 @@ describe('an RLQS stream', () => {
     const [alone] = await a.report('quota', [usage({ tenant: 'acme' }, 1)]);
     // 600 a minute, less half a second of it kept for a bucket that starts full.
     expect(rateOf(alone)).toBeCloseTo(10 * (59.5 / 60), 1);
-    const check = planCheck(
+    const peek = planCheck(
       {
         domain: 'quota',
         descriptors: [{ entries: [{ key: 'tenant', value: 'acme' }] }],
-        hitsAddend: 599,
+        hitsAddend: 0,
       },
       rules,
       plan,
     );
-    expect((await store.decide(check.counters, now)).allowed).toBe(true);
+    // Classic checks take all that is left beside what the client was charged ahead.
+    const read = peek.counters.map((counter) => ({ ...counter, cost: 0 }));
+    const left = (await store.decide(read, now)).results[0]!.remaining;
+    const classic = { ...peek.counters[0]!, cost: left };
+    expect((await store.decide([classic], now)).allowed).toBe(true);
     const [spent] = await a.report('quota', [usage({ tenant: 'acme' }, 0)]);
     expect(spent).toMatchObject({
       kind: 'assign',
@@ -308,36 +322,36 @@ describe('an RLQS stream', () => {
   });
 });
 
-describe("a report's part from before its window began", () => {
-  const window = { windowMs: 10_000, resetMs: 4_000 };
-  it('is the share of its time before the boundary, added up within one window', () => {
-    // 6 s into the window, a report of 500 over 5 s: all of it came after the boundary.
-    expect(carryOver(undefined, { at: 100_000, allowed: 500, coveredMs: 5_000 }, window)).toEqual({
-      endsAt: 104_000,
-      requests: 0,
+describe('charging ahead', () => {
+  it("charges a client's admissions until its next report now, and what passes them later", () => {
+    // The first report: 100 admitted, nothing reserved; 50 more reserved for the next interval.
+    const first = reserveAhead(undefined, 100, 50, 7);
+    expect(first).toEqual({ cost: 150, reserve: { requests: 50, window: 7 } });
+    // 60 admitted against 50 reserved: 10 past it, and 50 reserved again.
+    const second = reserveAhead(first.reserve, 60, 50, 7);
+    expect(second).toEqual({ cost: 60, reserve: { requests: 50, window: 7 } });
+    // 20 admitted: 30 of the reserve left, topped up by 20.
+    const third = reserveAhead(second.reserve, 20, 50, 7);
+    expect(third).toEqual({ cost: 20, reserve: { requests: 50, window: 7 } });
+    // Denied now: nothing more reserved, and what was is kept.
+    expect(reserveAhead(third.reserve, 0, 0, 7)).toEqual({
+      cost: 0,
+      reserve: { requests: 50, window: 7 },
     });
-    // 1 s into the window, a report of 500 over 5 s: 4 s of it, 400, came before.
-    const first = carryOver(
-      undefined,
-      { at: 95_000, allowed: 500, coveredMs: 5_000 },
-      { windowMs: 10_000, resetMs: 9_000 },
-    );
-    expect(first).toEqual({ endsAt: 104_000, requests: 400 });
-    // The same window, seen a few milliseconds apart, adds up; the next window starts afresh.
-    expect(carryOver(first, { at: 100_003, allowed: 500, coveredMs: 5_000 }, window).requests).toBe(
-      400,
-    );
-    const next = carryOver(
-      first,
-      { at: 105_000, allowed: 500, coveredMs: 5_000 },
-      { windowMs: 10_000, resetMs: 9_000 },
-    );
-    expect(next).toEqual({ endsAt: 114_000, requests: 400 });
+  });
+
+  it('charges a new fixed window its reserve whole: the last one was spent with its window', () => {
+    const last = { requests: 50, window: 7 };
+    // 20 admitted came out of the last window's reserve; the new window reserves 50 of its own.
+    expect(reserveAhead(last, 20, 50, 8)).toEqual({
+      cost: 50,
+      reserve: { requests: 50, window: 8 },
+    });
   });
 });
 
 describe('a window spent by others than the RLQS clients', () => {
-  // 2,000 per 10 s: the RLQS clients' pace is 190 a second.
+  // 2,000 per 10 s.
   const counter: CounterCheck = {
     key: 'k',
     algorithm: 'fixed_window',
@@ -349,16 +363,13 @@ describe('a window spent by others than the RLQS clients', () => {
     quota: false,
     overdraw: true,
   };
-  const at = (remaining: number, resetMs = 5_000) => [{ fits: remaining > 0, remaining, resetMs }];
+  const at = (remaining: number) => [{ fits: remaining > 0, remaining, resetMs: 5_000 }];
 
-  it('counts what the streams carried into it as left, as long as the limit is not reached', () => {
-    // 100 left, with 900 of the count from before the window: on pace, not spent.
-    expect(spent([counter], at(100), 5_000, [900])).toBe(false);
-    expect(spent([counter], at(100), 5_000, [0])).toBe(true);
-  });
-
-  it('is spent once the limit is reached, whatever was carried', () => {
-    // Past the limit what is left reads 0, however far past: carried parts do not bring it back.
-    expect(spent([counter], at(0), 5_000, [900])).toBe(true);
+  it('is spent once nothing is left, the RLQS clients charging ahead', () => {
+    expect(spent([counter], at(1))).toBe(false);
+    expect(spent([counter], at(0))).toBe(true);
+    // A shadow rule, or a token bucket, is never spent so.
+    expect(spent([{ ...counter, shadow: true }], at(0))).toBe(false);
+    expect(spent([{ ...counter, algorithm: 'token_bucket' }], at(0))).toBe(false);
   });
 });
