@@ -77,8 +77,9 @@ export interface Reserve {
  * window's end, whichever comes first (what it admits after lands in the next window when it is
  * reported, as without a reserve). A reserve charged in an earlier window was spent with that
  * window, so the new window's is charged whole. What a reserve holds past what its client
- * admitted stays charged (a client slower than its rate counts a little early). Only plain fixed
- * windows are charged ahead.
+ * admitted stays charged (a client slower than its rate counts a little early), but a bucket
+ * denied its window gives its reserve back (`releaseReserves`). Only plain fixed windows of 10 s
+ * or more are charged ahead.
  */
 export function reserveAhead(
   last: Reserve | undefined,
@@ -95,16 +96,42 @@ export function reserveAhead(
 
 /**
  * The fixed window holding `wallMs`, as its index and the milliseconds left in it; undefined for
- * counters that are not plain fixed windows (calendar windows, sliding windows, token buckets),
- * which are charged as reported, not ahead.
+ * counters that are not plain fixed windows of 10 s or more (calendar windows, sliding windows,
+ * token buckets, short windows), which are charged as reported, not ahead.
  */
 export function fixedWindowAt(
   counter: CounterCheck,
   wallMs: number,
 ): { index: number; leftMs: number } | undefined {
   if (counter.algorithm !== 'fixed_window' || counter.calendar !== undefined) return undefined;
+  // A window much shorter than a reporting interval would hold the reserves of several of its
+  // successors: charged as reported.
+  if (counter.windowMs < RESERVE_FROM_MS) return undefined;
   const index = Math.floor(wallMs / counter.windowMs);
   return { index, leftMs: (index + 1) * counter.windowMs - wallMs };
+}
+
+/**
+ * Gives back what `counters` hold charged ahead in their current windows (`reserves`, which are
+ * emptied): the bucket is denied its window, and its client will admit none of it. Classic checks
+ * may take it. The store gives back no more than the window counted.
+ */
+export async function releaseReserves(
+  store: Store,
+  counters: readonly CounterCheck[],
+  reserves: Map<string, Reserve>,
+  at: { wallMs: number; nowMs: number | undefined },
+): Promise<void> {
+  const giveBack = counters.flatMap((counter) => {
+    const reserve = reserves.get(counter.key);
+    const window = fixedWindowAt(counter, at.wallMs);
+    if (reserve === undefined || window === undefined || reserve.window !== window.index) return [];
+    reserves.set(counter.key, { requests: 0, window: window.index });
+    if (reserve.requests <= 0) return [];
+    const cost = Math.min(reserve.requests, COST_CAP);
+    return [{ ...counter, cost, giveBack: true, shadow: false, quota: false, overdraw: false }];
+  });
+  if (giveBack.length > 0) await store.decide(giveBack, at.nowMs);
 }
 
 /**

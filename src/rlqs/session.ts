@@ -33,6 +33,7 @@ import {
   charge,
   poolKey,
   poolOf,
+  releaseReserves,
   reserveAhead,
   spent,
   fixedWindowAt,
@@ -360,6 +361,7 @@ async function chargeAndAssign(
   }
   if (!spent(prepared.counters, results)) return strategy;
   state.settled = undefined;
+  await releaseReserves(options.store, prepared.counters, state.reserves, report);
   return { kind: 'blanket', rule: 'DENY_ALL' };
 }
 

@@ -227,6 +227,9 @@ describe('an RLQS stream', () => {
       kind: 'assign',
       strategy: { kind: 'blanket', rule: 'DENY_ALL' },
     });
+    // Denied, the client will admit none of what it was charged ahead: given back to the window.
+    const reserved = (await store.decide(read, now)).results[0]!.remaining;
+    expect(reserved).toBe(Math.floor(10 * (59.5 / 60)));
     now = NOW + 60_000;
     const [next] = await a.report('quota', [usage({ tenant: 'acme' }, 0)]);
     expect(rateOf(next)).toBeCloseTo(10 * (59.5 / 60), 1);
