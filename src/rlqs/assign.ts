@@ -100,9 +100,9 @@ const SAME_RATE = 0.01;
 /** A rate that falls by more than this part is sent at once; one that rises so, at the second ask. */
 const AT_ONCE = 0.05;
 /** A smaller move is sent once this many reports in a row have asked for it, the same way. */
-export const SETTLE_REPORTS = 3;
+const SETTLE_REPORTS = 3;
 /** A larger rise is sent once this many reports in a row have asked for one. */
-export const RISE_REPORTS = 2;
+const RISE_REPORTS = 2;
 
 /** The rate a bucket enforces, and the reports in a row that asked for another (+ up, - down). */
 export interface Settled {

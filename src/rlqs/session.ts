@@ -15,7 +15,7 @@ import { ResourceLimitError, StoreError } from '../core/errors.js';
 import { planCheck } from '../decision/plan.js';
 import type { PlanPolicy } from '../decision/plan.js';
 import type { RuleSet } from '../rules/types.js';
-import type { CounterCheck, CounterResult, Store } from '../store/Store.js';
+import type { CounterCheck, Store } from '../store/Store.js';
 import type { AdmissionWatch } from './admissions.js';
 import {
   RELEASED_REPORTING_MS,
@@ -212,18 +212,23 @@ function prepare(
 }
 
 /** The token bucket of the consumer's budget, at the rate settled on (assign.ts, `settle`). */
-function tokenBucketStrategy(state: Held, shares: readonly PoolShare[]): Strategy {
+function tokenBucketStrategy(
+  state: Held,
+  shares: readonly PoolShare[],
+): { strategy: Strategy; settled: Settled } {
   const budget = consumerBudget(shares);
-  const last = state.settled?.rate;
-  state.settled = settle(state.settled, budget.ratePerSecond);
-  if (state.settled.rate === last && state.strategy?.kind === 'token_bucket') return state.strategy;
+  const settled = settle(state.settled, budget.ratePerSecond);
+  if (settled.rate === state.settled?.rate && state.strategy?.kind === 'token_bucket') {
+    return { strategy: state.strategy, settled };
+  }
   // A kept rate keeps its burst in proportion.
-  const scale = budget.ratePerSecond > 0 ? state.settled.rate / budget.ratePerSecond : 1;
+  const scale = budget.ratePerSecond > 0 ? settled.rate / budget.ratePerSecond : 1;
   const burst = budget.burst === undefined ? undefined : budget.burst * scale;
-  return {
+  const strategy: Strategy = {
     kind: 'token_bucket',
-    ...tokenBucketFor({ ...budget, ratePerSecond: state.settled.rate, burst }),
+    ...tokenBucketFor({ ...budget, ratePerSecond: settled.rate, burst }),
   };
+  return { strategy, settled };
 }
 
 /**
@@ -309,19 +314,21 @@ function reportCosts(
   state: Held,
   prepared: Prepared,
   report: { rate: number; demand: number; wallMs: number },
-): number[] {
+): { costs: number[]; reserves: [string, Reserve][] } {
   const intervalMs = Math.max(state.intervalMs ?? RELEASED_REPORTING_MS, prepared.coveredMs);
   const perMs = Math.min(report.rate, report.demand) / 1000;
   const allowed = prepared.usage.allowed;
-  return prepared.counters.map((counter) => {
+  const reserves: [string, Reserve][] = [];
+  const costs = prepared.counters.map((counter) => {
     const window = fixedWindowAt(counter, report.wallMs);
     if (window === undefined) return allowed;
     const target = perMs * Math.min(intervalMs, window.leftMs);
     const last = state.reserves.get(counter.key);
     const { cost, reserve } = reserveAhead(last, allowed, target, window.index);
-    state.reserves.set(counter.key, reserve);
+    reserves.push([counter.key, reserve]);
     return cost;
   });
+  return { costs, reserves };
 }
 
 /**
@@ -342,23 +349,18 @@ async function chargeAndAssign(
     wallMs: number;
   },
 ): Promise<Strategy> {
-  const before = { settled: state.settled, reserves: new Map(state.reserves) };
-  const strategy = tokenBucketStrategy(state, report.shares);
-  const rate = state.settled?.rate ?? 0;
-  const costs = reportCosts(state, prepared, {
-    rate,
+  const { strategy, settled } = tokenBucketStrategy(state, report.shares);
+  const { costs, reserves } = reportCosts(state, prepared, {
+    rate: settled.rate,
     demand: report.demand,
     wallMs: report.wallMs,
   });
-  let results: CounterResult[];
-  try {
-    results = await charge(options, prepared.counters, costs, prepared.usage.allowed, report.nowMs);
-  } catch (error) {
-    // Answered from the last assignment (outliveStore): it stays the one settled on.
-    state.settled = before.settled;
-    state.reserves = before.reserves;
-    throw error;
-  }
+  // A charge that fails leaves the bucket as it was: it is answered from its last assignment
+  // (outliveStore), and its reserves are those last charged.
+  const allowed = prepared.usage.allowed;
+  const results = await charge(options, prepared.counters, costs, allowed, report.nowMs);
+  state.settled = settled;
+  for (const [key, reserve] of reserves) state.reserves.set(key, reserve);
   if (!spent(prepared.counters, results)) return strategy;
   state.settled = undefined;
   await releaseReserves(options.store, prepared.counters, state.reserves, report);
