@@ -62,6 +62,9 @@ Reply, integers: { allowed, fits_1, remaining_1, reset_ms_1, [kept_1, kept_reset
   request fails untouched.
   allowed    1 when the call is allowed as above, 0 when it is denied
   fits_i     1 when counter i fit its cost, 0 otherwise
+  remaining_i  whole units left; for an overdraw counter past its limit, minus how far past it
+             is (a window's count past L, a token bucket's debt), so that a charge can tell what
+             of it landed past the limit
   reset_ms_i milliseconds until it resets; -1 when the cost exceeds the limit and never fits
   kept_i, kept_reset_ms_i   only for part counters: remaining and reset_ms as if not consumed
   now        the time the call decided at (ms), which a refund names
@@ -261,7 +264,9 @@ local function decide(k, a, n, now, slack)
       if part then
         kept, kept_reset = algorithm.settle(key, states[i], limit, burst, cost, fits, false, slack)
       end
-      remaining, reset = algorithm.settle(key, states[i], limit, burst, cost, fits, commit, slack)
+      local past
+      remaining, reset, past = algorithm.settle(key, states[i], limit, burst, cost, fits, commit, slack)
+      if has(flags, OVERDRAW) and past > 0 then remaining = -past end
     end
     reply[#reply + 1] = fits and 1 or 0
     reply[#reply + 1] = remaining

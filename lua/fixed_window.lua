@@ -7,7 +7,8 @@ State, a hash per counter: t = last decision time (ms), w = window index, c = co
                                        and an error reply when the key is not a counter
   fits(state, L, B, need)           -> true when c + need <= L; nil when need > L (never fits)
   settle(key, state, L, B, cost, fits, commit, slack)
-                                    -> remaining, reset_ms; writes only when commit and cost > 0
+                                    -> remaining, reset_ms, past; writes only when commit and
+                                       cost > 0; past is the count past L (0 within it)
 
 Consuming adds the cost. Only an overdraw commits a cost that does not fit: it is recorded in
 full, past L (up to 2^52), so the counter stays over until the window ends or refunds bring it
@@ -58,8 +59,9 @@ ALGORITHMS[1] = {
       must('HSET', key, 't', int(s.now), 'w', int(s.index), 'c', int(s.c))
       expire_once(key, s, rest + slack)
     end
-    if fits == nil then return math.max(0, limit - s.c), -1 end
-    return math.max(0, limit - s.c), rest
+    local past = math.max(0, s.c - limit)
+    if fits == nil then return math.max(0, limit - s.c), -1, past end
+    return math.max(0, limit - s.c), rest, past
   end,
 
   give_back = function(key, s, limit, _, cost, slack)

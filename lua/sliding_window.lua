@@ -10,7 +10,8 @@ window w, p = count in window w-1.
                                        and an error reply when the key is not a counter
   fits(state, L, B, need)           -> boolean; nil when need > L (never fits)
   settle(key, state, L, B, cost, fits, commit, slack)
-                                    -> remaining, reset_ms; writes only when commit and cost > 0
+                                    -> remaining, reset_ms, past; writes only when commit and
+                                       cost > 0; past is the weighted count past L (0 within it)
 
 Consuming adds the cost. Only an overdraw commits a cost that does not fit: it is recorded in
 full, past L (a window's count up to 2^33 - 1, which keeps the products exact).
@@ -70,6 +71,7 @@ ALGORITHMS[2] = {
       expire_once(key, s, 2 * W - e + slack)
     end
     local remaining = math.max(0, limit - s.c - weighted)
+    local past = math.max(0, s.c + weighted - limit)
 
     local need = math.max(cost, 1)
     local reset
@@ -82,7 +84,7 @@ ALGORITHMS[2] = {
     else
       reset = (W - e) + math.max(0, W - mul_div(limit - need, W, s.c))
     end
-    return remaining, reset
+    return remaining, reset, past
   end,
 
   give_back = function(key, s, limit, burst, cost, slack)

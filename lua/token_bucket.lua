@@ -13,7 +13,8 @@ was written with (a changed limit keeps its whole tokens).
   fits(state, L, B, need)           -> true when tokens >= need after refilling;
                                        nil when need > B (never fits)
   settle(key, state, L, B, cost, fits, commit, slack)
-                                    -> remaining, reset_ms; writes only when commit and cost > 0
+                                    -> remaining, reset_ms, past; writes only when commit and
+                                       cost > 0; past is the debt in whole tokens (0 without)
 
 Consuming takes the cost. Only an overdraw commits a cost that does not fit: the bucket goes
 into debt, at most one burst deep (-B), so that it is full again at most 2B/R after the last
@@ -85,7 +86,9 @@ ALGORITHMS[3] = {
     else
       reset = ceil_div(math.max(cost, 1) * st.scale - st.tokens, st.refill)
     end
-    return math.max(0, math.floor(st.tokens / st.scale)), reset
+    local past = 0
+    if st.tokens < 0 then past = ceil_div(-st.tokens, st.scale) end
+    return math.max(0, math.floor(st.tokens / st.scale)), reset, past
   end,
 
   give_back = function(key, st, limit, burst, cost, slack)

@@ -122,6 +122,11 @@ export interface CounterResult {
   /** Whole units left after the decision (unchanged when nothing was consumed). */
   remaining: number;
   /**
+   * An overdraw counter past its limit after the decision: by how much (a window's count past
+   * L, a token bucket's debt in whole tokens). Absent within the limit, and for other counters.
+   */
+  past?: number;
+  /**
    * Milliseconds until it resets (see the table in docs/decisions.md), or NEVER when the cost
    * exceeds the limit.
    */

@@ -52,6 +52,8 @@ export interface AlgorithmImpl {
 /** Remaining, reset and, when it wrote, the state to store and its lifetime. */
 export interface Settled {
   remaining: number;
+  /** How far past its limit the counter is: a window's count past L, a token bucket's debt. */
+  past?: number;
   reset: number;
   write?: CounterState;
   ttl?: number;
@@ -132,7 +134,8 @@ const fixedWindow: AlgorithmImpl = {
       write = { t: s.now, w: s.index, c: s.c };
     }
     const reset = fits === undefined ? -1 : rest;
-    return { remaining: Math.max(0, limit - s.c), reset, write, ttl: rest };
+    const past = Math.max(0, s.c - limit);
+    return { remaining: Math.max(0, limit - s.c), past, reset, write, ttl: rest };
   },
   giveBack(s, limit, _burst, cost) {
     const rest = s.window - s.e;
@@ -164,6 +167,7 @@ const slidingWindow: AlgorithmImpl = {
       write = { t: s.now, w: s.index, c: s.c, p: s.p };
     }
     const remaining = Math.max(0, limit - s.c - weighted);
+    const past = Math.max(0, s.c + weighted - limit);
 
     const need = Math.max(cost, 1);
     let reset: number;
@@ -171,7 +175,7 @@ const slidingWindow: AlgorithmImpl = {
     else if (fits) reset = s.c > 0 ? 2 * W - e : W - e;
     else if (s.c + need <= limit) reset = W - mulDiv(limit - s.c - need, W, s.p)[0] - e;
     else reset = W - e + Math.max(0, W - mulDiv(limit - need, W, s.c)[0]);
-    return { remaining, reset, write, ttl: 2 * W - e };
+    return { remaining, past, reset, write, ttl: 2 * W - e };
   },
   giveBack(s, limit, burst, cost) {
     let write: CounterState | undefined;
@@ -217,7 +221,9 @@ const tokenBucket: AlgorithmImpl = {
     else if (fits) reset = ceilDiv(st.full - st.tokens, st.refill);
     else reset = ceilDiv(Math.max(cost, 1) * st.scale - st.tokens, st.refill);
     const ttl = write ? ceilDiv(st.full - st.tokens, st.refill) : 0;
-    return { remaining: Math.max(0, Math.floor(st.tokens / st.scale)), reset, write, ttl };
+    const past = st.tokens < 0 ? ceilDiv(-st.tokens, st.scale) : 0;
+    const remaining = Math.max(0, Math.floor(st.tokens / st.scale));
+    return { remaining, past, reset, write, ttl };
   },
   giveBack(st, limit, burst, cost) {
     const fits = tokenBucket.fits(st, limit, burst, 1) === undefined ? undefined : true;

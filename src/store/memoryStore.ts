@@ -160,7 +160,13 @@ function settle(
     const expiresAt = state.now + (settled.ttl ?? 0);
     counters.set(check.key, { state: settled.write, expiresAt });
   }
-  return { fits: fits === true, remaining: settled.remaining, resetMs: settled.reset };
+  const result: CounterResult = {
+    fits: fits === true,
+    remaining: settled.remaining,
+    resetMs: settled.reset,
+  };
+  if (check.overdraw && settled.past) result.past = settled.past;
+  return result;
 }
 
 /** The all-or-nothing gate (see Store.ts): every enforced counter fits, and a quota one if any. */

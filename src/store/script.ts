@@ -199,11 +199,15 @@ function replyNumbers(reply: unknown, width: number, count: number): number[] {
 }
 
 function resultAt(numbers: number[], i: number): CounterResult {
-  return {
+  const remaining = numbers[i + 1] as number;
+  const result: CounterResult = {
     fits: numbers[i] === 1,
-    remaining: numbers[i + 1] as number,
+    remaining: Math.max(0, remaining),
     resetMs: numbers[i + 2] as number,
   };
+  // An overdraw counter past its limit replies how far past, as a negative remaining.
+  if (remaining < 0) result.past = -remaining;
+  return result;
 }
 
 /** A batch call: several requests, each decided in turn, in one script call (see dispatch.lua). */
