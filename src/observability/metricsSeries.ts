@@ -591,7 +591,7 @@ export function createRlqsSeries(): RlqsSeries {
     }),
     overAdmitted: new Counter({
       name: 'tollgate_rlqs_over_admitted_total',
-      help: "Requests RLQS clients reported allowed past their rule's limit in its window.",
+      help: "Requests RLQS clients reported allowed that landed past their rule's limit, as the store counted them when charged.",
       registers: [],
     }),
     read: undefined,

@@ -1,20 +1,34 @@
 /**
  * A report's charges, and what they say of a rule: its allowed requests land on the rule's
  * counters, as a classic check's would, charged ahead of the client's admissions; each counter's
- * RLQS clients share its rate as a pool; and a window that classic checks have spent is denied
- * to them.
+ * RLQS clients share its rate as a pool; a window that classic checks have filled leaves them
+ * what they hold of it; and what the store says landed past a limit is over-admission.
  */
 import { COST_CAP, type CounterCheck, type CounterResult, type Store } from '../store/Store.js';
-import type { AdmissionWatch } from './admissions.js';
 import { START_MS, type Pool } from './assign.js';
 
 export interface ChargeOptions {
   store: Store;
-  /** Over-admission as the reports show it (admissions.ts), shared by the process's streams. */
-  admissions?: AdmissionWatch;
-  /** Told of reported allowed requests past their rule's limit in its window. */
+  /** Told of reported allowed requests that landed past their rule's limit (`charge`). */
   onOverAdmitted?(requests: number): void;
 }
+
+/** What one report charges one counter. */
+export interface CounterCharge {
+  /** Charged now: reported allowed requests past what was charged ahead, and a top-up. */
+  cost: number;
+  /** Of `cost`, requests its client has admitted already; the rest is charged ahead. */
+  admitted: number;
+  /** What the counter holds charged ahead for the bucket once this charge lands. */
+  ahead: number;
+}
+
+/** A report's allowed requests charged as reported, with nothing ahead. */
+export const asReported = (allowed: number): CounterCharge => ({
+  cost: allowed,
+  admitted: allowed,
+  ahead: 0,
+});
 
 /**
  * A window rule's rate leaves room for what new token buckets start with: each stream's bucket
@@ -42,22 +56,42 @@ export function poolOf(counter: CounterCheck): Pool {
 export const poolKey = (counter: CounterCheck): string => `${counter.key}:rlqs`;
 
 /**
- * A window rule's counter with nothing left in its window: classic checks (or fallbacks) took
- * more than their part, since the RLQS clients' own admissions are charged ahead (`reserveAhead`)
- * and their pace leaves half a second of the window. Denied now, the rest of the window goes to
- * classic checks. Token-bucket rules are never spent so.
+ * What a report's charge leaves a bucket of its windows (`roomLeft`): nothing constrains it; or
+ * a window is spent and the bucket is denied it; or it may admit `ratePerSecond` to the window's
+ * end, what its reserve still holds of the window.
  */
-export function spent(
+export type Room = { kind: 'open' } | { kind: 'spent' } | { kind: 'graded'; ratePerSecond: number };
+
+/**
+ * A window the charge filled: classic checks (or fallbacks) took more than their part, since the
+ * RLQS clients' own admissions are charged ahead (`reserveAhead`) and their pace leaves half a
+ * second of the window. What the bucket's reserve still holds of the window (its reserve less
+ * what the count passed the limit by) is its room: shared out as a lower rate to the window's
+ * end, not refused, since a window denied at its middle report went to classic checks that
+ * wanted less than the rest of it (0.83 L under load). With no room left, the window is spent
+ * and denied; the rest of it goes to classic checks. A counter charged as reported (no reserve)
+ * has no room once it has nothing left. Token-bucket rules are never spent so.
+ */
+export function roomLeft(
   counters: readonly CounterCheck[],
   results: readonly CounterResult[],
-): boolean {
-  return counters.some((counter, at) => {
+  reserves: ReadonlyMap<string, Reserve>,
+  wallMs: number,
+): Room {
+  let rate = Infinity;
+  for (const [at, counter] of counters.entries()) {
     const result = results[at];
-    if (counter.shadow || counter.algorithm === 'token_bucket' || result === undefined) {
-      return false;
-    }
-    return result.remaining <= 0;
-  });
+    if (counter.shadow || counter.algorithm === 'token_bucket' || result === undefined) continue;
+    // The limit less the count: negative past it.
+    const left = result.remaining - (result.past ?? 0);
+    if (left > 0) continue;
+    const window = fixedWindowAt(counter, wallMs);
+    const reserve = reserves.get(counter.key);
+    const held = window !== undefined && reserve?.window === window.index ? reserve.requests : 0;
+    if (window === undefined || held + left <= 0) return { kind: 'spent' };
+    rate = Math.min(rate, ((held + left) * 1000) / window.leftMs);
+  }
+  return rate === Infinity ? { kind: 'open' } : { kind: 'graded', ratePerSecond: rate };
 }
 
 /** What a bucket holds charged ahead on a counter, and the fixed window it was charged in. */
@@ -86,12 +120,16 @@ export function reserveAhead(
   allowed: number,
   target: number,
   window: number,
-): { cost: number; reserve: Reserve } {
+): { charge: CounterCharge; reserve: Reserve } {
   const held = last?.requests ?? 0;
   const over = Math.max(0, allowed - held);
   const left = last !== undefined && last.window === window ? Math.max(0, held - allowed) : 0;
   const topUp = Math.max(0, Math.floor(target) - left);
-  return { cost: over + topUp, reserve: { requests: left + topUp, window } };
+  const ahead = left + topUp;
+  return {
+    charge: { cost: over + topUp, admitted: over, ahead },
+    reserve: { requests: ahead, window },
+  };
 }
 
 /**
@@ -112,63 +150,67 @@ export function fixedWindowAt(
 }
 
 /**
- * Gives back what `counters` hold charged ahead in their current windows (`reserves`, which are
- * emptied): the bucket is denied its window, and its client will admit none of it. Classic checks
- * may take it. The store gives back no more than the window counted.
+ * Gives back what `counters` hold charged ahead in their current windows (`reserves`) past what
+ * the bucket's client will admit at `ratePerSecond` to each window's end: all of it for a bucket
+ * denied its window (rate 0), whose client will admit none of it. Classic checks may take it.
+ * The store gives back no more than the window counted.
  */
 export async function releaseReserves(
   store: Store,
   counters: readonly CounterCheck[],
   reserves: Map<string, Reserve>,
-  at: { wallMs: number; nowMs: number | undefined },
+  at: { wallMs: number; nowMs: number | undefined; ratePerSecond: number },
 ): Promise<void> {
   const giveBack = counters.flatMap((counter) => {
     const reserve = reserves.get(counter.key);
     const window = fixedWindowAt(counter, at.wallMs);
     if (reserve === undefined || window === undefined || reserve.window !== window.index) return [];
-    reserves.set(counter.key, { requests: 0, window: window.index });
-    if (reserve.requests <= 0) return [];
-    const cost = Math.min(reserve.requests, COST_CAP);
+    const fits = Math.floor((at.ratePerSecond * window.leftMs) / 1000 + 1e-6);
+    const keep = Math.min(reserve.requests, fits);
+    reserves.set(counter.key, { requests: keep, window: window.index });
+    if (reserve.requests - keep <= 0) return [];
+    const cost = Math.min(reserve.requests - keep, COST_CAP);
     return [{ ...counter, cost, giveBack: true, shadow: false, quota: false, overdraw: false }];
   });
   if (giveBack.length > 0) await store.decide(giveBack, at.nowMs);
 }
 
 /**
- * Charges a report's costs to its counters (`reserveAhead`), with overdraw: the requests were
- * admitted already, or will be. Charged even when none is (cost 0 consumes nothing): a window
- * that classic checks have spent is answered DENY_ALL. Resolves with the counters' results, and
- * tells of reported allowed requests that passed a limit in its window.
+ * Charges a report to its counters (`reserveAhead`), with overdraw: the requests were admitted
+ * already, or will be, and land in full, past the limit. Charged even when nothing is (a cost of
+ * 0 consumes nothing): a window that classic checks have spent is answered DENY_ALL. Resolves
+ * with the counters' results.
+ *
+ * Over-admission is what the store says: of the requests this report charges as admitted, those
+ * that landed past an enforced counter's limit (a window's count past L, a token bucket's debt),
+ * leaving out what the counter holds charged ahead (not admitted yet). Each charge is one atomic
+ * call, so every instance counts its own charges' part past the limit, and the sum over the
+ * instances is the rule's. A refund (is_negative_hits) lowers the count: what is charged past
+ * the limit after it counts only as far as it passes the limit again. A request over several
+ * rules counts once, for the limit it passed furthest.
  */
 export async function charge(
   options: ChargeOptions,
   counters: readonly CounterCheck[],
-  costs: readonly number[],
-  allowed: number,
+  charges: readonly CounterCharge[],
   nowMs: number | undefined,
 ): Promise<CounterResult[]> {
   const charged = counters.map((counter, at) => ({
     ...counter,
-    cost: Math.min(costs[at] ?? allowed, COST_CAP),
+    cost: Math.min(charges[at]?.cost ?? 0, COST_CAP),
     overdraw: true,
     shadow: false,
     quota: false,
     reference: undefined,
   }));
   const { results } = await options.store.decide(charged, nowMs);
-  if (allowed > 0 && options.admissions) {
-    const at = nowMs ?? Date.now();
-    for (const counter of counters) {
-      if (counter.shadow) continue;
-      const over = options.admissions.add(
-        counter.key,
-        counter.limit,
-        counter.windowMs,
-        allowed,
-        at,
-      );
-      if (over > 0) options.onOverAdmitted?.(over);
-    }
-  }
+  let over = 0;
+  counters.forEach((counter, at) => {
+    const { admitted = 0, ahead = 0 } = charges[at] ?? {};
+    if (counter.shadow || admitted <= 0) return;
+    const past = results[at]?.past ?? 0;
+    over = Math.max(over, Math.min(admitted, past - ahead));
+  });
+  if (over > 0) options.onOverAdmitted?.(over);
   return results;
 }

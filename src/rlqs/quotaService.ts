@@ -7,7 +7,6 @@ import type { PlanPolicy } from '../decision/plan.js';
 import type { RuleSet } from '../rules/types.js';
 import type { DemandOptions, DemandStore } from '../store/demand.js';
 import type { Store } from '../store/Store.js';
-import { createAdmissionWatch } from './admissions.js';
 import type { RlqsSettings } from './rlqsSettings.js';
 import type { RlqsEvent } from './events.js';
 import { createSession, type Session } from './session.js';
@@ -32,13 +31,9 @@ export interface QuotaService {
   session(streamId: string): Session;
 }
 
-/** Over-admission is followed for at most this many rule counters at once. */
-const MAX_WATCHED_POOLS = 100_000;
-
 export function createQuotaService(options: QuotaServiceOptions): QuotaService {
   const { settings } = options;
   const demand = options.openDemand({ maxConsumers: settings.maxConsumersPerPool });
-  const admissions = createAdmissionWatch(MAX_WATCHED_POOLS);
   const onOverAdmitted = (requests: number) =>
     options.onEvent?.({ kind: 'over_admitted', requests });
   return {
@@ -53,7 +48,6 @@ export function createQuotaService(options: QuotaServiceOptions): QuotaService {
         unmatched: settings.unmatched,
         ttlFloorMs: settings.ttlFloorMs,
         maxBuckets: settings.maxBucketsPerStream,
-        admissions,
         onOverAdmitted,
       }),
   };

@@ -8,15 +8,15 @@
  * 3. measures the bucket's demand (allowed plus denied per second, usage.ts), records it on each
  *    enforced counter's pool, and reads back every consumer's (store/demand.ts);
  * 4. answers the token bucket of its share (assign.ts), the same strategy again (which extends
- *    the TTL) until the share has moved for good (`settle`); a blanket rule when no counter
- *    limits it; `abandon_action` when the rule it matched is gone.
+ *    the TTL) until the share has moved for good (`settle`); what it holds of a window that the
+ *    charge filled, as a lower rate, or DENY_ALL when it holds none (charging.ts `roomLeft`); a
+ *    blanket rule when no counter limits it; `abandon_action` when the rule it matched is gone.
  */
 import { ResourceLimitError, StoreError } from '../core/errors.js';
 import { planCheck } from '../decision/plan.js';
 import type { PlanPolicy } from '../decision/plan.js';
 import type { RuleSet } from '../rules/types.js';
 import type { CounterCheck, Store } from '../store/Store.js';
-import type { AdmissionWatch } from './admissions.js';
 import {
   RELEASED_REPORTING_MS,
   assignmentTtlMs,
@@ -30,13 +30,15 @@ import {
 import { bucketCheck, bucketName, bucketPath, type Bucket } from './buckets.js';
 import type { DemandStore } from '../store/demand.js';
 import {
+  asReported,
   charge,
   poolKey,
   poolOf,
   releaseReserves,
   reserveAhead,
-  spent,
+  roomLeft,
   fixedWindowAt,
+  type CounterCharge,
   type Reserve,
 } from './charging.js';
 import { ELAPSED_SLACK_MS, MAX_ELAPSED_MS, checkPlausible, clampElapsed } from './trust.js';
@@ -67,9 +69,7 @@ export interface SessionOptions {
   ttlFloorMs: number;
   /** How many buckets one stream may hold. */
   maxBuckets: number;
-  /** Over-admission as the reports show it (admissions.ts), shared by the process's streams. */
-  admissions?: AdmissionWatch;
-  /** Told of reported allowed requests past their rule's limit in its window. */
+  /** Told of reported allowed requests that landed past their rule's limit (charging.ts). */
   onOverAdmitted?(requests: number): void;
   /** A monotonic clock in ms, for the time a report could cover; performance.now by default. */
   monotonic?: () => number;
@@ -314,28 +314,30 @@ function reportCosts(
   state: Held,
   prepared: Prepared,
   report: { rate: number; demand: number; wallMs: number },
-): { costs: number[]; reserves: [string, Reserve][] } {
+): { charges: CounterCharge[]; reserves: [string, Reserve][] } {
   const intervalMs = Math.max(state.intervalMs ?? RELEASED_REPORTING_MS, prepared.coveredMs);
   const perMs = Math.min(report.rate, report.demand) / 1000;
   const allowed = prepared.usage.allowed;
   const reserves: [string, Reserve][] = [];
-  const costs = prepared.counters.map((counter) => {
+  const charges = prepared.counters.map((counter) => {
     const window = fixedWindowAt(counter, report.wallMs);
-    if (window === undefined) return allowed;
+    if (window === undefined) return asReported(allowed);
     const target = perMs * Math.min(intervalMs, window.leftMs);
     const last = state.reserves.get(counter.key);
-    const { cost, reserve } = reserveAhead(last, allowed, target, window.index);
-    reserves.push([counter.key, reserve]);
-    return cost;
+    const ahead = reserveAhead(last, allowed, target, window.index);
+    reserves.push([counter.key, ahead.reserve]);
+    return ahead.charge;
   });
-  return { costs, reserves };
+  return { charges, reserves };
 }
 
 /**
  * The bucket's token bucket from its shares, charged for: the report's allowed requests and the
  * reserve for what the new assignment will admit before the next report (reportCosts), in one
- * store call. DENY_ALL instead when the charge finds the window spent: classic checks (or
- * fallbacks) took it, and the bucket is denied until a report after it rolls over.
+ * store call. When the charge fills a window (classic checks or fallbacks took more than their
+ * part, charging.ts `roomLeft`), the bucket gets what its reserve still holds of it, as a lower
+ * rate to the window's end, and gives the rest back; with nothing held, DENY_ALL, until a report
+ * after the window rolls over. Either way the next report takes its share afresh.
  */
 async function chargeAndAssign(
   options: SessionOptions,
@@ -350,21 +352,30 @@ async function chargeAndAssign(
   },
 ): Promise<Strategy> {
   const { strategy, settled } = tokenBucketStrategy(state, report.shares);
-  const { costs, reserves } = reportCosts(state, prepared, {
+  const { charges, reserves } = reportCosts(state, prepared, {
     rate: settled.rate,
     demand: report.demand,
     wallMs: report.wallMs,
   });
   // A charge that fails leaves the bucket as it was: it is answered from its last assignment
   // (outliveStore), and its reserves are those last charged.
-  const allowed = prepared.usage.allowed;
-  const results = await charge(options, prepared.counters, costs, allowed, report.nowMs);
+  const results = await charge(options, prepared.counters, charges, report.nowMs);
   state.settled = settled;
   for (const [key, reserve] of reserves) state.reserves.set(key, reserve);
-  if (!spent(prepared.counters, results)) return strategy;
+  const room = roomLeft(prepared.counters, results, state.reserves, report.wallMs);
+  if (room.kind === 'open') return strategy;
   state.settled = undefined;
-  await releaseReserves(options.store, prepared.counters, state.reserves, report);
-  return { kind: 'blanket', rule: 'DENY_ALL' };
+  const ratePerSecond = room.kind === 'spent' ? 0 : Math.min(room.ratePerSecond, settled.rate);
+  await releaseReserves(options.store, prepared.counters, state.reserves, {
+    ...report,
+    ratePerSecond,
+  });
+  if (ratePerSecond <= 0) return { kind: 'blanket', rule: 'DENY_ALL' };
+  const budget = consumerBudget(report.shares);
+  return {
+    kind: 'token_bucket',
+    ...tokenBucketFor({ ...budget, ratePerSecond, burst: undefined }),
+  };
 }
 
 export function createSession(options: SessionOptions): Session {
@@ -399,7 +410,12 @@ export function createSession(options: SessionOptions): Session {
     const wallMs = nowMs ?? Date.now();
     const enforced = counters.filter((counter) => !counter.shadow);
     if (enforced.length === 0) {
-      await charge(options, counters, [], usage.allowed, nowMs);
+      await charge(
+        options,
+        counters,
+        counters.map(() => asReported(usage.allowed)),
+        nowMs,
+      );
       state.strategy = blanket('ALLOW_ALL');
       return { bucket: usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
     }

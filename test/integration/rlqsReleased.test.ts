@@ -83,11 +83,11 @@ describe('an RLQS fleet of Envoys as released, reporting every 5 s in whole seco
       // counted what its reports carried over a boundary, and 4 clients reporting together 0.83 L
       // in windows whose boundary came just before their reports, before the streams' parts were
       // counted together).
-      // Beside classic checks, a window that their checks and the clients' reserves fill is
-      // denied to the clients until it ends: on a busy machine, where reports come late and
-      // reserves are larger, that came at the window's middle report (0.83-0.87 L), where on a
-      // quiet one it comes at its last (0.99-1.00 L).
-      for (const n of admitted) expect(n).toBeGreaterThanOrEqual(L * (shared ? 0.8 : 0.9));
+      // Beside classic checks, a window that their checks and the clients' reserves fill leaves
+      // each client what it holds of it, as a lower rate: denied instead, on a busy machine
+      // (reports late, reserves larger, the window filled at its middle report), the clients
+      // admitted 0.83-0.87 L.
+      for (const n of admitted) expect(n).toBeGreaterThanOrEqual(L * 0.9);
       // Settled: each client's assignment changes at most once more after warm-up (a share that
       // moved a little, taken after three reports), never back and forth. Beside classic checks
       // a window may be spent before its end, and the clients denied until the next.

@@ -68,8 +68,17 @@ describe.each([
       }
       expect(classic).toBeGreaterThanOrEqual(90);
       expect(classic).toBeLessThanOrEqual(100);
-      // The window is spent: the client is denied until it rolls over.
+      // The window is filled: the client keeps what it was charged ahead of it, as a lower rate
+      // to the window's end.
       rlqs.stream.write(usageReport({ tenant: 'shared' }, 0));
+      const graded = tokenBucketOf(await rlqs.next()) as
+        { tokens_per_fill: { value: number }; fill_interval: { seconds: string } } | undefined;
+      expect(graded).toBeDefined();
+      const rate = graded!.tokens_per_fill.value / Number(graded!.fill_interval.seconds);
+      expect(rate).toBeGreaterThan(0);
+      expect(rate).toBeLessThan(9.9);
+      // Once it has admitted that (at most 10), it is denied until the window rolls over.
+      rlqs.stream.write(usageReport({ tenant: 'shared' }, 10));
       expect(await rlqs.next()).toMatchObject({
         bucket_action: [
           { quota_assignment_action: { rate_limit_strategy: { blanket_rule: 'DENY_ALL' } } },

@@ -9,8 +9,7 @@ import { planCheck, type PlanPolicy } from '../../../src/decision/plan.js';
 import { ruleQuota } from '../../../src/decision/quota.js';
 import { loadRules } from '../../../src/rules/loadRules.js';
 import type { RuleSet } from '../../../src/rules/types.js';
-import { createAdmissionWatch } from '../../../src/rlqs/admissions.js';
-import { reserveAhead, spent } from '../../../src/rlqs/charging.js';
+import { reserveAhead, roomLeft } from '../../../src/rlqs/charging.js';
 import type { CounterCheck } from '../../../src/store/Store.js';
 import { createMemoryDemand } from '../../../src/store/demand.js';
 import {
@@ -200,7 +199,7 @@ describe('an RLQS stream', () => {
     expect(rateOf(toB)).toBeLessThan(550);
   });
 
-  it('denies while classic checks have spent the window, and assigns again in the next', async () => {
+  it('shares out what is held when classic checks fill the window, denies once nothing is, and assigns again in the next', async () => {
     const rules = load(RULES);
     let now = NOW + 30_000;
     const { session, store } = fleet({ current: rules }, { clock: () => now });
@@ -217,19 +216,26 @@ describe('an RLQS stream', () => {
       rules,
       plan,
     );
-    // Classic checks take all that is left beside what the client was charged ahead.
+    // Classic checks take all that is left beside what the client was charged ahead: one
+    // reporting interval (1 s) at its rate, 9.
     const read = peek.counters.map((counter) => ({ ...counter, cost: 0 }));
     const left = (await store.decide(read, now)).results[0]!.remaining;
     const classic = { ...peek.counters[0]!, cost: left };
     expect((await store.decide([classic], now)).allowed).toBe(true);
-    const [spent] = await a.report('quota', [usage({ tenant: 'acme' }, 0)]);
-    expect(spent).toMatchObject({
+    // The 9 held are the client's, over the 30 s left of the window.
+    const [graded] = await a.report('quota', [usage({ tenant: 'acme' }, 0)]);
+    expect(rateOf(graded)).toBeCloseTo(9 / 30, 2);
+    expect((await store.decide(read, now)).results[0]!.remaining).toBe(0);
+    // Once it has admitted them, nothing is left for it: denied, and what the report charged
+    // ahead is given back.
+    now += 25_000;
+    const [denied] = await a.report('quota', [usage({ tenant: 'acme' }, 9)]);
+    expect(denied).toMatchObject({
       kind: 'assign',
       strategy: { kind: 'blanket', rule: 'DENY_ALL' },
     });
-    // Denied, the client will admit none of what it was charged ahead: given back to the window.
-    const reserved = (await store.decide(read, now)).results[0]!.remaining;
-    expect(reserved).toBe(Math.floor(10 * (59.5 / 60)));
+    expect((await store.decide(read, now)).results[0]!).toMatchObject({ remaining: 0 });
+    expect((await store.decide(read, now)).results[0]!.past).toBeUndefined();
     now = NOW + 60_000;
     const [next] = await a.report('quota', [usage({ tenant: 'acme' }, 0)]);
     expect(rateOf(next)).toBeCloseTo(10 * (59.5 / 60), 1);
@@ -277,19 +283,34 @@ describe('an RLQS stream', () => {
     expect(rateOf(late)).toBeCloseTo(5, 0);
   });
 
-  it('counts reported admissions past the limit in their window as over-admitted', async () => {
-    let over = 0;
-    const { session } = fleet(
-      { current: load(RULES) },
-      { admissions: createAdmissionWatch(100), onOverAdmitted: (n) => (over += n) },
-    );
-    const a = session('a');
+  it('counts as over-admitted what the store says landed past the limit, on every instance', async () => {
+    // A 1 s window: charged as reported, nothing ahead. Two instances on one store, each
+    // counting its own charges' part past the limit.
+    const rules = { current: load(RULES.replace('unit: minute', 'unit: second')) };
+    const over = { a: 0, b: 0 };
+    const one = fleet(rules, { onOverAdmitted: (n) => (over.a += n) });
+    const other = fleet(rules, { store: one.store, onOverAdmitted: (n) => (over.b += n) });
+    const [a, b] = [one.session('a'), other.session('b')];
     await a.report('quota', [usage({ tenant: 'acme' }, 550)]);
-    expect(over).toBe(0);
-    await a.report('quota', [usage({ tenant: 'acme' }, 80)]);
-    expect(over).toBe(30);
+    expect(over).toEqual({ a: 0, b: 0 });
+    // 630 of 600: the 30 past the limit were charged by b.
+    await b.report('quota', [usage({ tenant: 'acme' }, 80)]);
+    expect(over).toEqual({ a: 0, b: 30 });
     await a.report('quota', [usage({ tenant: 'acme' }, 5)]);
-    expect(over).toBe(35);
+    expect(over).toEqual({ a: 5, b: 30 });
+    // A refund of 40 brings the count to 595: of 10 more, 5 pass the limit again.
+    const counter = planCheck(
+      {
+        domain: 'quota',
+        descriptors: [{ entries: [{ key: 'tenant', value: 'acme' }] }],
+        hitsAddend: 40,
+      },
+      rules.current,
+      plan,
+    ).counters.map((check) => ({ ...check, giveBack: true }));
+    await one.store.decide(counter, NOW);
+    await b.report('quota', [usage({ tenant: 'acme' }, 10)]);
+    expect(over).toEqual({ a: 5, b: 35 });
   });
 
   it('tells a bucket that matches no rule, or no domain, RLQS_UNMATCHED_ACTION', async () => {
@@ -329,16 +350,25 @@ describe('charging ahead', () => {
   it("charges a client's admissions until its next report now, and what passes them later", () => {
     // The first report: 100 admitted, nothing reserved; 50 more reserved for the next interval.
     const first = reserveAhead(undefined, 100, 50, 7);
-    expect(first).toEqual({ cost: 150, reserve: { requests: 50, window: 7 } });
+    expect(first).toEqual({
+      charge: { cost: 150, admitted: 100, ahead: 50 },
+      reserve: { requests: 50, window: 7 },
+    });
     // 60 admitted against 50 reserved: 10 past it, and 50 reserved again.
     const second = reserveAhead(first.reserve, 60, 50, 7);
-    expect(second).toEqual({ cost: 60, reserve: { requests: 50, window: 7 } });
+    expect(second).toEqual({
+      charge: { cost: 60, admitted: 10, ahead: 50 },
+      reserve: { requests: 50, window: 7 },
+    });
     // 20 admitted: 30 of the reserve left, topped up by 20.
     const third = reserveAhead(second.reserve, 20, 50, 7);
-    expect(third).toEqual({ cost: 20, reserve: { requests: 50, window: 7 } });
+    expect(third).toEqual({
+      charge: { cost: 20, admitted: 0, ahead: 50 },
+      reserve: { requests: 50, window: 7 },
+    });
     // Denied now: nothing more reserved, and what was is kept.
     expect(reserveAhead(third.reserve, 0, 0, 7)).toEqual({
-      cost: 0,
+      charge: { cost: 0, admitted: 0, ahead: 50 },
       reserve: { requests: 50, window: 7 },
     });
   });
@@ -347,14 +377,14 @@ describe('charging ahead', () => {
     const last = { requests: 50, window: 7 };
     // 20 admitted came out of the last window's reserve; the new window reserves 50 of its own.
     expect(reserveAhead(last, 20, 50, 8)).toEqual({
-      cost: 50,
+      charge: { cost: 50, admitted: 0, ahead: 50 },
       reserve: { requests: 50, window: 8 },
     });
   });
 });
 
-describe('a window spent by others than the RLQS clients', () => {
-  // 2,000 per 10 s.
+describe('a window filled by others than the RLQS clients', () => {
+  // 2,000 per 10 s; the report comes 5 s into the window.
   const counter: CounterCheck = {
     key: 'k',
     algorithm: 'fixed_window',
@@ -366,13 +396,38 @@ describe('a window spent by others than the RLQS clients', () => {
     quota: false,
     overdraw: true,
   };
-  const at = (remaining: number) => [{ fits: remaining > 0, remaining, resetMs: 5_000 }];
+  const wallMs = 1_800_000_005_000;
+  const index = Math.floor(wallMs / 10_000);
+  const at = (remaining: number, past?: number) => [
+    { fits: remaining > 0, remaining, resetMs: 5_000, ...(past ? { past } : {}) },
+  ];
+  const held = (requests: number, window = index) => new Map([['k', { requests, window }]]);
 
-  it('is spent once nothing is left, the RLQS clients charging ahead', () => {
-    expect(spent([counter], at(1))).toBe(false);
-    expect(spent([counter], at(0))).toBe(true);
+  it('leaves a bucket what it holds of the window, less what the count passed the limit by', () => {
+    expect(roomLeft([counter], at(1), held(100), wallMs)).toEqual({ kind: 'open' });
+    // 100 held over the 5 s left: 20 a second.
+    expect(roomLeft([counter], at(0), held(100), wallMs)).toEqual({
+      kind: 'graded',
+      ratePerSecond: 20,
+    });
+    expect(roomLeft([counter], at(0, 30), held(100), wallMs)).toEqual({
+      kind: 'graded',
+      ratePerSecond: 14,
+    });
+  });
+
+  it('is spent once the bucket holds nothing of it', () => {
+    expect(roomLeft([counter], at(0, 100), held(100), wallMs)).toEqual({ kind: 'spent' });
+    // Held in a window before: spent with that window.
+    expect(roomLeft([counter], at(0), held(100, index - 1), wallMs)).toEqual({ kind: 'spent' });
+    // Charged as reported (a sliding window), nothing is held.
+    const sliding = { ...counter, algorithm: 'sliding_window' as const };
+    expect(roomLeft([sliding], at(0), held(100), wallMs)).toEqual({ kind: 'spent' });
     // A shadow rule, or a token bucket, is never spent so.
-    expect(spent([{ ...counter, shadow: true }], at(0))).toBe(false);
-    expect(spent([{ ...counter, algorithm: 'token_bucket' }], at(0))).toBe(false);
+    expect(roomLeft([{ ...counter, shadow: true }], at(0), new Map(), wallMs)).toEqual({
+      kind: 'open',
+    });
+    const bucket = { ...counter, algorithm: 'token_bucket' as const };
+    expect(roomLeft([bucket], at(0), new Map(), wallMs)).toEqual({ kind: 'open' });
   });
 });
