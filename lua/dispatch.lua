@@ -29,6 +29,8 @@ ARGV[3 + 6(i-1) ..]  per key i: algorithm (1 fixed_window, 2 sliding_window, 3 t
                        (the health probe: so that it runs every command a new counter needs)
          512 give back is_negative_hits: outside the gate, the cost is given back to the counter
                        instead of taken (see "Giving back" below); its other flags are not read
+        1024 deep      with overdraw: a token bucket goes deeper into debt (token_bucket.lua),
+                       for requests already admitted elsewhere, which must land in full
 
 The call is allowed when every enforced counter (neither shadow nor quota) fits, and, if there
 are quota counters that gate here, at least one of them fits. Then the enforced counters and the
@@ -114,7 +116,7 @@ local function refund()
 end
 
 local SHADOW, QUOTA, OVERDRAW, PART = 1, 2, 4, 8
-local REFERENCE, STOP, HELD, CACHED, RENEW, GIVE_BACK = 16, 32, 64, 128, 256, 512
+local REFERENCE, STOP, HELD, CACHED, RENEW, GIVE_BACK, DEEP = 16, 32, 64, 128, 256, 512, 1024
 local function has(flags, flag)
   return flags % (2 * flag) >= flag
 end
@@ -265,7 +267,8 @@ local function decide(k, a, n, now, slack)
         kept, kept_reset = algorithm.settle(key, states[i], limit, burst, cost, fits, false, slack)
       end
       local past
-      remaining, reset, past = algorithm.settle(key, states[i], limit, burst, cost, fits, commit, slack)
+      remaining, reset, past = algorithm.settle(key, states[i], limit, burst, cost, fits, commit,
+        slack, has(flags, DEEP))
       if has(flags, OVERDRAW) and past > 0 then remaining = -past end
     end
     reply[#reply + 1] = fits and 1 or 0

@@ -12,13 +12,14 @@ was written with (a changed limit keeps its whole tokens).
                                        and an error reply when the key is not a counter
   fits(state, L, B, need)           -> true when tokens >= need after refilling;
                                        nil when need > B (never fits)
-  settle(key, state, L, B, cost, fits, commit, slack)
+  settle(key, state, L, B, cost, fits, commit, slack, deep)
                                     -> remaining, reset_ms, past; writes only when commit and
                                        cost > 0; past is the debt in whole tokens (0 without)
 
 Consuming takes the cost. Only an overdraw commits a cost that does not fit: the bucket goes
 into debt, at most one burst deep (-B), so that it is full again at most 2B/R after the last
-overdraw. Until the debt is paid back by refills or refunds it denies everything, peeks included,
+overdraw; a deep overdraw (`deep`: requests already admitted elsewhere, which must land in full)
+goes up to DEEP_DEBT_MS of refills deeper, full again at most 2B/R plus that after it. Until the debt is paid back by refills or refunds it denies everything, peeks included,
 and remaining reads 0.
 
 Reset: allowed, the time until the bucket is full, ceil((B*s - k)/r); denied, the time until
@@ -39,6 +40,10 @@ written since the consumption (t = at), the whole cost goes back. The time t sta
 key older than `at` (expired: the bucket is full; or its write lost in a failover), or one
 written with another scale (the limit changed), gets nothing.
 --]]
+
+-- How much deeper than one burst a deep overdraw may take a bucket into debt, in ms of its
+-- refills: the longest time a report of admitted requests covers (src/rlqs/trust.ts).
+local DEEP_DEBT_MS = 300000
 
 ALGORITHMS[3] = {
   load = function(key, now, window)
@@ -71,10 +76,12 @@ ALGORITHMS[3] = {
     return tokens >= need * scale
   end,
 
-  settle = function(key, st, _, _, cost, fits, commit, slack)
+  settle = function(key, st, _, _, cost, fits, commit, slack, deep)
     -- A bucket of no capacity (rate 0) holds nothing to store, even for an overdraw.
     if commit and cost > 0 and st.full > 0 then
-      st.tokens = math.max(-st.full, st.tokens - cost * st.scale)
+      local floor = -st.full
+      if deep then floor = floor - DEEP_DEBT_MS * st.refill end
+      st.tokens = math.max(floor, st.tokens - cost * st.scale)
       must('HSET', key, 't', int(st.now), 'k', int(st.tokens), 's', int(st.scale))
       must('PEXPIRE', key, ceil_div(st.full - st.tokens, st.refill) + slack)
     end

@@ -73,6 +73,11 @@ export interface CounterCheck {
   /** Consumed even when over, recorded in full (a token bucket goes at most one burst into debt). */
   overdraw: boolean;
   /**
+   * With overdraw, for requests already admitted elsewhere (RLQS reports), which must land in
+   * full: a token bucket goes up to DEEP_DEBT_MS of refills deeper into debt than one burst.
+   */
+  deepDebt?: boolean;
+  /**
    * is_negative_hits: outside the gate, and settled after the request's other counters, its
    * cost is given back instead of taken, never below an empty window or above a full bucket. It
    * always fits. A counter that does not exist is not created. Never merged with another.
@@ -115,6 +120,13 @@ export interface ReferenceCounting {
  * window), see lua/lib.lua.
  */
 export const COST_CAP = Number.MAX_SAFE_INTEGER;
+
+/**
+ * How much deeper than one burst a deep overdraw (`deepDebt`) takes a token bucket into debt, in
+ * ms of its refills: the longest time an RLQS report covers (rlqs/trust.ts). lua/token_bucket.lua
+ * has the same.
+ */
+export const DEEP_DEBT_MS = 300_000;
 
 export interface CounterResult {
   /** The counter fits its cost, whatever the others did. */

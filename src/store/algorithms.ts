@@ -1,4 +1,5 @@
 import type { Algorithm } from '../rules/types.js';
+import { DEEP_DEBT_MS } from './Store.js';
 
 /**
  * The three algorithms of `lua/`, for the in-memory store. Each function here mirrors its Lua
@@ -44,6 +45,8 @@ export interface AlgorithmImpl {
     cost: number,
     fits: boolean | undefined,
     commit: boolean,
+    /** A deep overdraw (CounterCheck.deepDebt): a token bucket's debt may go deeper. */
+    deep?: boolean,
   ): Settled;
   /** is_negative_hits: gives the cost back to the counter as it stands now (see its Lua twin). */
   giveBack(state: Loaded, limit: number, burst: number, cost: number): Settled;
@@ -210,10 +213,11 @@ const tokenBucket: AlgorithmImpl = {
     if (need > burst) return undefined;
     return tokens >= need * scale;
   },
-  settle(st, _limit, cost, fits, commit) {
+  settle(st, _limit, cost, fits, commit, deep) {
     let write: CounterState | undefined;
     if (commit && cost > 0 && st.full > 0) {
-      st.tokens = Math.max(-st.full, st.tokens - cost * st.scale);
+      const floor = deep ? -st.full - DEEP_DEBT_MS * st.refill : -st.full;
+      st.tokens = Math.max(floor, st.tokens - cost * st.scale);
       write = { t: st.now, k: st.tokens, s: st.scale };
     }
     let reset: number;

@@ -154,6 +154,7 @@ function settle(
     check.cost,
     fits,
     commit,
+    check.deepDebt,
   );
   if (settled.write) {
     // Lifetimes count from the counter's own time, which never runs backwards.

@@ -65,6 +65,7 @@ const HELD = 64;
 const CACHED = 128;
 const RENEW = 256;
 const GIVE_BACK = 512;
+const DEEP = 1024;
 
 function referenceFlags(check: CounterCheck): number {
   const counting = check.reference;
@@ -117,6 +118,7 @@ function pushCounters(
         (part ? PART : 0) +
         (check.renew ? RENEW : 0) +
         (check.giveBack ? GIVE_BACK : 0) +
+        (check.deepDebt ? DEEP : 0) +
         referenceFlags(check),
     );
   }

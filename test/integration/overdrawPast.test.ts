@@ -71,6 +71,15 @@ describe.each(STORES)('an overdraw %s', (_name, open) => {
     },
   );
 
+  it('takes a token bucket deeper into debt when deep: five minutes of refills past its burst', async () => {
+    const key = `past:{${_name}}:deep`;
+    const charge = async (deepDebt: boolean) =>
+      (await store.decide([{ ...overdraw('token_bucket', key, 100), deepDebt }], NOW)).results[0]!;
+    // 10 a minute, a burst of 10: one burst deep at most, and 10 + 50 deep.
+    expect(await charge(false)).toMatchObject({ remaining: 0, past: 10 });
+    expect(await charge(true)).toMatchObject({ remaining: 0, past: 60 });
+  });
+
   it('says nothing past a limit for a counter that is not an overdraw', async () => {
     const key = `past:{${_name}}:plain`;
     const plain = { ...overdraw('fixed_window', key, 12), overdraw: false };

@@ -22,6 +22,7 @@ afterAll(async () => {
 const counter = counterSpec(
   [1_000, 7_000, 60_000, 3_600_000, 31_536_000_000],
   fc.oneof(fc.integer({ min: 0, max: 12 }), fc.constantFrom(1_000, 4_294_967_295)),
+  { deep: true },
 );
 const step = fc.record({
   advanceMs: fc.oneof(fc.integer({ min: 0, max: 50 }), fc.integer({ min: 0, max: 90_000 })),

@@ -9,7 +9,7 @@ import type { CounterCheck } from '../../src/store/Store.js';
 export function counterSpec(
   windowsMs: readonly number[],
   limit: fc.Arbitrary<number>,
-  { overdraw = true }: { overdraw?: boolean } = {},
+  { overdraw = true, deep = false }: { overdraw?: boolean; deep?: boolean } = {},
 ) {
   return fc.record({
     algorithm: fc.constantFrom<Algorithm>('fixed_window', 'sliding_window', 'token_bucket'),
@@ -19,6 +19,8 @@ export function counterSpec(
     shadow: fc.boolean(),
     quota: fc.boolean(),
     overdraw: overdraw ? fc.boolean() : fc.constant(false),
+    // An overdraw's deeper debt (CounterCheck.deepDebt), for stores of this release alike.
+    deep: deep ? fc.boolean() : fc.constant(false),
     // COMPAT_MODE=reference's counting, for fixed windows.
     reference: fc.option(
       fc.record({ stop: fc.boolean(), held: fc.boolean(), cached: fc.boolean() }),
@@ -46,6 +48,7 @@ export function checkOf(spec: CounterSpec, key: string, cost: number): CounterCh
     shadow: spec.shadow,
     quota: spec.quota,
     overdraw: spec.overdraw,
+    ...(spec.deep ? { deepDebt: true } : {}),
     ...(spec.reference && spec.algorithm === 'fixed_window'
       ? { reference: { ...spec.reference } }
       : {}),
