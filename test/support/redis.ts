@@ -205,7 +205,11 @@ export async function spawnRedisOn(port: number, args: string[] = []): Promise<T
   };
 }
 
-async function waitForPing(port: number, child: ChildProcess | undefined): Promise<void> {
+/**
+ * Resolves once a redis-server answers on `port` and its process id says it is `child`; rejects
+ * with PortTaken when another one answers there, and at once when `child` exits first.
+ */
+export async function waitForPing(port: number, child: ChildProcess | undefined): Promise<void> {
   const deadline = Date.now() + 10_000;
   for (;;) {
     const probe = new Redis({
@@ -225,6 +229,11 @@ async function waitForPing(port: number, child: ChildProcess | undefined): Promi
       return;
     } catch (error) {
       if (error instanceof PortTaken) throw error;
+      if (child && (child.exitCode !== null || child.signalCode !== null)) {
+        throw new Error(
+          `redis-server on port ${port} exited (${child.exitCode ?? child.signalCode}) before it answered`,
+        );
+      }
       if (Date.now() > deadline)
         throw new Error(`redis-server on port ${port} did not start: ${error}`);
       await new Promise((resolve) => setTimeout(resolve, 50));

@@ -229,17 +229,24 @@ function parseNodes(text: string): ClusterNode[] {
     });
 }
 
+/**
+ * Polls until `probe` resolves true, or fails after timeoutMs, naming the error of the last probe
+ * when it threw one: an error of the first moments, before the servers listened, would say
+ * nothing of why the condition still did not hold at the end.
+ */
 export async function waitFor(probe: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
   for (;;) {
     try {
       if (await probe()) return;
+      lastError = undefined;
     } catch (error) {
       lastError = error;
     }
     if (Date.now() > deadline) {
-      throw new Error(`condition not met within ${timeoutMs} ms (${String(lastError ?? '')})`);
+      const why = lastError === undefined ? 'the last probe said no' : String(lastError);
+      throw new Error(`condition not met within ${timeoutMs} ms (${why})`);
     }
     await new Promise((resolve) => setTimeout(resolve, 50));
   }

@@ -1,9 +1,10 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { createProcessGroup } from './processGroup.js';
 import { freePort } from './ports.js';
+import { PortTaken, waitForPing } from './redis.js';
 import { waitFor } from './redisCluster.js';
 
 /**
@@ -37,10 +38,33 @@ export async function startRedisSentinel(): Promise<TestSentinel> {
     );
   }
   const { dir, children, client, stop } = createProcessGroup('tollgate-sentinel-');
-  const launch = (args: string[]) => {
-    children.push(spawn('redis-server', args, { stdio: 'ignore' }));
+  /**
+   * Starts a redis-server on a port picked just before it, and returns the port once the server
+   * answering there is this one (by its process id). Another suite running beside this one draws
+   * its ports from the same blocks, and may take one between the pick and the bind: then ours
+   * exits, and a client of that port reaches the other suite's process, or nothing, from then on.
+   * It is started again on another port.
+   */
+  const launch = async (
+    name: string,
+    args: (port: number, logfile: string) => string[],
+  ): Promise<number> => {
+    for (let attempt = 1; ; attempt++) {
+      const port = await freePort();
+      const logfile = join(dir, `${name}-${port}.log`);
+      const child = spawn('redis-server', args(port, logfile), { stdio: 'ignore' });
+      children.push(child);
+      try {
+        await waitForPing(port, child);
+        return port;
+      } catch (error) {
+        const log = existsSync(logfile) ? readFileSync(logfile, 'utf8') : '';
+        const taken = error instanceof PortTaken || /Address already in use/.test(log);
+        if (!taken || attempt >= 5) throw new Error(`${String(error)}\n${log}`);
+      }
+    }
   };
-  const dataArgs = (port: number) => [
+  const dataArgs = (port: number, logfile: string) => [
     '--port',
     String(port),
     '--bind',
@@ -52,36 +76,44 @@ export async function startRedisSentinel(): Promise<TestSentinel> {
     '--dir',
     dir,
     '--logfile',
-    join(dir, `redis-${port}.log`),
+    logfile,
   ];
 
-  const master = await freePort();
-  const replica = await freePort();
-  const sentinelPorts = [await freePort(), await freePort(), await freePort()];
+  let master: number;
+  let replica: number;
+  const sentinelPorts: number[] = [];
   try {
-    launch(dataArgs(master));
-    launch([...dataArgs(replica), '--replicaof', '127.0.0.1', String(master)]);
+    master = await launch('redis', dataArgs);
+    replica = await launch('redis', (port, logfile) => [
+      ...dataArgs(port, logfile),
+      '--replicaof',
+      '127.0.0.1',
+      String(master),
+    ]);
     await waitFor(async () => {
       const info = await client(master).info('replication');
       return /connected_slaves:1/.test(info) && /state=online/.test(info);
     });
-    for (const port of sentinelPorts) {
-      const conf = join(dir, `sentinel-${port}.conf`);
-      writeFileSync(
-        conf,
-        [
-          `port ${port}`,
-          'bind 127.0.0.1',
-          `dir ${dir}`,
-          `logfile ${join(dir, `sentinel-${port}.log`)}`,
-          `sentinel monitor ${NAME} 127.0.0.1 ${master} 2`,
-          `sentinel down-after-milliseconds ${NAME} 1000`,
-          `sentinel failover-timeout ${NAME} 4000`,
-          `sentinel parallel-syncs ${NAME} 1`,
-          '',
-        ].join('\n'),
-      );
-      launch([conf, '--sentinel']);
+    for (let i = 0; i < 3; i++) {
+      const sentinelPort = await launch('sentinel', (port, logfile) => {
+        const conf = join(dir, `sentinel-${port}.conf`);
+        writeFileSync(
+          conf,
+          [
+            `port ${port}`,
+            'bind 127.0.0.1',
+            `dir ${dir}`,
+            `logfile ${logfile}`,
+            `sentinel monitor ${NAME} 127.0.0.1 ${master} 2`,
+            `sentinel down-after-milliseconds ${NAME} 1000`,
+            `sentinel failover-timeout ${NAME} 4000`,
+            `sentinel parallel-syncs ${NAME} 1`,
+            '',
+          ].join('\n'),
+        );
+        return [conf, '--sentinel'];
+      });
+      sentinelPorts.push(sentinelPort);
     }
     // Ready for a failover: every sentinel knows the replica and the two other sentinels.
     await waitFor(async () => {
