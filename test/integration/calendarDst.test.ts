@@ -131,6 +131,7 @@ describe.concurrent.each(cases)('$name, on the $store store', ({ store, key, at,
     try {
       // A counter of its own: a case on another date shares the rule and the Redis.
       const tenant = `${store}-${at}`;
+      // A failed call says whether the service had exited, and what it wrote on the way out.
       const charge = (hits: number): Promise<RateLimitResponseObject> =>
         callCheck(
           tollgate.client,
@@ -139,7 +140,11 @@ describe.concurrent.each(cases)('$name, on the $store store', ({ store, key, at,
             descriptors: [{ ...d(key, tenant), hits_addend: { value: String(hits) } }],
           },
           10_000,
-        );
+        ).catch((error: unknown) => {
+          const { exitCode, signalCode } = tollgate.child;
+          const state = exitCode ?? signalCode ?? 'still running';
+          throw new Error(`${String(error)} (tollgate: ${state}; stderr: ${tollgate.stderr()})`);
+        });
       // Before the boundary: the window ends at it.
       const spent = await charge(10);
       expect(spent.overall_code).toBe('OK');

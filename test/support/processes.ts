@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { createRateLimitClient, type RateLimitClient } from '@tollgate/client';
 import { freePort } from './ports.js';
 import { eventually, healthStatus, writeRules } from './tollgate.js';
@@ -33,8 +33,10 @@ export interface SpawnOptions {
 }
 
 /**
- * Another suite running beside this one may take the same free port a moment earlier: then the
- * service says its port is in use, and it is started again on other ports.
+ * Another suite running beside this one draws its ports from the same blocks, and may take ours
+ * between the check that found it free and the service's bind, which comes seconds later on a
+ * busy machine. Then the service says its port is in use, or another suite's service answers on
+ * it first; either way it is started again on other ports.
  */
 export async function spawnTollgate(
   rules: string,
@@ -45,7 +47,9 @@ export async function spawnTollgate(
     try {
       return await spawnOnFreePorts(rules, env, options);
     } catch (error) {
-      if (attempt >= 5 || !/is already in use by another process/.test(String(error))) throw error;
+      const clash =
+        error instanceof PortTaken || /is already in use by another process/.test(String(error));
+      if (attempt >= 5 || !clash) throw error;
     }
   }
 }
@@ -88,7 +92,18 @@ async function spawnOnFreePorts(
     () => !exited(),
     () => false,
   );
-  if (!healthy) throw new Error(`tollgate on ${address} did not become healthy: ${stderr}`);
+  if (!healthy) {
+    // One still starting would outlive the test.
+    await kill(child);
+    throw new Error(`tollgate on ${address} did not become healthy: ${stderr}`);
+  }
+  // Health answered, but perhaps from another suite's service that bound the port before this
+  // one: this one would then exit, and calls meant for it would go to the other until that
+  // stopped, and then be refused.
+  if (!listensOn(child, port)) {
+    await kill(child);
+    throw new PortTaken(`port ${port} is held by another process, not this tollgate: ${stderr}`);
+  }
   const client = createRateLimitClient(address);
   return {
     address,
@@ -105,6 +120,54 @@ async function spawnOnFreePorts(
         child.kill('SIGTERM');
       }),
   };
+}
+
+/** The port answered, but from another process than the one started for it. */
+class PortTaken extends Error {}
+
+function kill(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resolve();
+    child.once('exit', () => resolve());
+    child.kill('SIGKILL');
+  });
+}
+
+/**
+ * Whether the child, or a process under it (a cluster's workers), holds the socket listening on
+ * TCP `port`: an inode of /proc/net/tcp{,6} in LISTEN state, among its open files. Where there is
+ * no /proc to read (not Linux), it cannot be told, and the answer is yes.
+ */
+function listensOn(child: ChildProcess, port: number): boolean {
+  if (!existsSync('/proc/net/tcp')) return true;
+  const inodes = new Set<string>();
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    const rows = existsSync(table) ? readFileSync(table, 'utf8').split('\n').slice(1) : [];
+    for (const row of rows) {
+      // sl, local address:port (hex), remote address:port, state (0A is LISTEN), ..., inode.
+      const fields = row.trim().split(/\s+/);
+      const localPort = Number.parseInt(fields[1]?.split(':')[1] ?? '', 16);
+      if (fields[3] === '0A' && localPort === port && fields[9]) inodes.add(fields[9]);
+    }
+  }
+  if (child.pid === undefined || inodes.size === 0) return false;
+  for (const pid of processTree(child.pid)) {
+    let fds: string[];
+    try {
+      fds = readdirSync(`/proc/${pid}/fd`);
+    } catch {
+      continue; // gone meanwhile
+    }
+    for (const fd of fds) {
+      try {
+        const socket = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
+        if (socket && inodes.has(socket[1]!)) return true;
+      } catch {
+        // closed meanwhile
+      }
+    }
+  }
+  return false;
 }
 
 /**
@@ -163,6 +226,19 @@ export function rssMb(pid: number): number {
  * from /proc. A process that exits while it is read counts as nothing.
  */
 export function treeRssMb(pid: number): number {
+  let total = 0;
+  for (const member of processTree(pid)) {
+    try {
+      total += rssMb(member);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return total;
+}
+
+/** A process and all its descendants, by the parents in /proc. */
+function processTree(pid: number): number[] {
   const children = new Map<number, number[]>();
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
@@ -175,15 +251,11 @@ export function treeRssMb(pid: number): number {
       // gone meanwhile
     }
   }
-  let total = 0;
+  const tree: number[] = [];
   for (const queue = [pid]; queue.length > 0;) {
     const next = queue.pop() as number;
-    try {
-      total += rssMb(next);
-    } catch {
-      // gone meanwhile
-    }
+    tree.push(next);
     queue.push(...(children.get(next) ?? []));
   }
-  return total;
+  return tree;
 }
