@@ -197,6 +197,8 @@ export function createMetrics(options: MetricsOptions): Metrics {
         s.rlqs.requests.labels('allowed').inc(event.allowed);
         s.rlqs.requests.labels('denied').inc(event.denied);
         for (const action of event.actions) s.rlqs.assignments.labels(actionLabel(action)).inc();
+      } else if (event.kind === 'resumed') {
+        for (const action of event.actions) s.rlqs.assignments.labels(actionLabel(action)).inc();
       } else if (event.kind === 'refused') {
         if (event.reason === 'invalid') {
           s.requests.pending.requests += 1;

@@ -58,9 +58,13 @@ export const poolKey = (counter: CounterCheck): string => `${counter.key}:rlqs`;
 /**
  * What a report's charge leaves a bucket of its windows (`roomLeft`): nothing constrains it; or
  * a window is spent and the bucket is denied it; or it may admit `ratePerSecond` to the window's
- * end, what its reserve still holds of the window.
+ * end, what its reserve still holds of the window. `untilMs`: the wall time the window holding
+ * it back ends, when a window does (not a token bucket's debt, nor a window charged as reported).
  */
-export type Room = { kind: 'open' } | { kind: 'spent' } | { kind: 'graded'; ratePerSecond: number };
+export type Room =
+  | { kind: 'open' }
+  | { kind: 'spent'; untilMs?: number }
+  | { kind: 'graded'; ratePerSecond: number; untilMs: number };
 
 /**
  * A window the charge filled: classic checks (or fallbacks) took more than their part, since the
@@ -70,41 +74,55 @@ export type Room = { kind: 'open' } | { kind: 'spent' } | { kind: 'graded'; rate
  * end, not refused, since a window denied at its middle report went to classic checks that
  * wanted less than the rest of it (0.83 L under load). With no room left, the window is spent
  * and denied; the rest of it goes to classic checks. A counter charged as reported (no reserve)
- * has no room once it has nothing left. Token-bucket rules are never spent so.
+ * has no room once it has nothing left.
+ *
+ * A token bucket is spent when its debt passes twice what its RLQS clients can owe: a burst (the
+ * clients' buckets start full) and a reporting interval of its rate (their reserves). Classic
+ * checks take only tokens that are there, so what passes that was admitted by clients past their
+ * assignments, on fallbacks (no assignment, an expired one): denied, the clients let refills pay
+ * it back. `intervalMs`: the bucket's reporting interval.
  */
 export function roomLeft(
   counters: readonly CounterCheck[],
   results: readonly CounterResult[],
   reserves: ReadonlyMap<string, Reserve>,
-  wallMs: number,
+  at: { wallMs: number; intervalMs: number },
 ): Room {
   let rate = Infinity;
-  for (const [at, counter] of counters.entries()) {
-    const result = results[at];
-    if (counter.shadow || counter.algorithm === 'token_bucket' || result === undefined) continue;
+  let untilMs = -Infinity;
+  for (const [i, counter] of counters.entries()) {
+    const result = results[i];
+    if (counter.shadow || result === undefined) continue;
+    if (counter.algorithm === 'token_bucket') {
+      const owed = counter.burst + (counter.limit * at.intervalMs) / counter.windowMs;
+      if ((result.past ?? 0) > 2 * owed) return { kind: 'spent' };
+      continue;
+    }
     // The limit less the count: negative past it.
     const left = result.remaining - (result.past ?? 0);
     if (left > 0) continue;
-    const window = fixedWindowAt(counter, wallMs);
+    const window = reserveSpan(counter, at.wallMs);
     const reserve = reserves.get(counter.key);
     const held = window !== undefined && reserve?.window === window.index ? reserve.requests : 0;
-    if (window === undefined || held + left <= 0) return { kind: 'spent' };
+    if (window === undefined) return { kind: 'spent' };
+    if (held + left <= 0) return { kind: 'spent', untilMs: at.wallMs + window.leftMs };
     rate = Math.min(rate, ((held + left) * 1000) / window.leftMs);
+    untilMs = Math.max(untilMs, at.wallMs + window.leftMs);
   }
-  return rate === Infinity ? { kind: 'open' } : { kind: 'graded', ratePerSecond: rate };
+  return rate === Infinity ? { kind: 'open' } : { kind: 'graded', ratePerSecond: rate, untilMs };
 }
 
 /** What a bucket holds charged ahead on a counter, and the fixed window it was charged in. */
 export interface Reserve {
   requests: number;
-  /** The window's index: its start over its length. */
+  /** The window's index: its start over its length; 0 for a token bucket, which has none. */
   window: number;
 }
 
 /**
  * Charging ahead: a report's allowed requests were admitted over the interval before it, and
  * land in the counter only now, a whole reporting interval late (Envoy's released 5 s is half a
- * 10 s window), while classic checks on the same counter see none of them. So each report also
+ * 10 s window; a token bucket's burst is often a second of its rate), while classic checks on the same counter see none of them. So each report also
  * charges what its client will admit, at its rate, before its next report: its reserve. The next
  * report's allowed requests come out of the reserve, and only what passes it is charged; the
  * reserve is topped up to `target` again: what the client admits before its next report or the
@@ -112,8 +130,8 @@ export interface Reserve {
  * reported, as without a reserve). A reserve charged in an earlier window was spent with that
  * window, so the new window's is charged whole. What a reserve holds past what its client
  * admitted stays charged (a client slower than its rate counts a little early), but a bucket
- * denied its window gives its reserve back (`releaseReserves`). Only plain fixed windows of 10 s
- * or more are charged ahead.
+ * denied its window gives its reserve back (`releaseReserves`). Plain fixed windows of 10 s or
+ * more, and token buckets, are charged ahead (`reserveSpan`).
  */
 export function reserveAhead(
   last: Reserve | undefined,
@@ -133,14 +151,17 @@ export function reserveAhead(
 }
 
 /**
- * The fixed window holding `wallMs`, as its index and the milliseconds left in it; undefined for
- * counters that are not plain fixed windows of 10 s or more (calendar windows, sliding windows,
- * token buckets, short windows), which are charged as reported, not ahead.
+ * What a counter charged ahead holds its reserves in: for a plain fixed window of 10 s or more,
+ * the window holding `wallMs`, as its index and the milliseconds left in it; for a token bucket,
+ * which has no windows, index 0 without end (its debt goes deep enough for the reserves: the
+ * store's deepDebt). Undefined for the counters charged as reported, not ahead: calendar
+ * windows, sliding windows and short windows.
  */
-export function fixedWindowAt(
+export function reserveSpan(
   counter: CounterCheck,
   wallMs: number,
 ): { index: number; leftMs: number } | undefined {
+  if (counter.algorithm === 'token_bucket') return { index: 0, leftMs: Infinity };
   if (counter.algorithm !== 'fixed_window' || counter.calendar !== undefined) return undefined;
   // A window much shorter than a reporting interval would hold the reserves of several of its
   // successors: charged as reported.
@@ -163,9 +184,11 @@ export async function releaseReserves(
 ): Promise<void> {
   const giveBack = counters.flatMap((counter) => {
     const reserve = reserves.get(counter.key);
-    const window = fixedWindowAt(counter, at.wallMs);
+    const window = reserveSpan(counter, at.wallMs);
     if (reserve === undefined || window === undefined || reserve.window !== window.index) return [];
-    const fits = Math.floor((at.ratePerSecond * window.leftMs) / 1000 + 1e-6);
+    // A token bucket's span has no end: what it holds is kept whole at any rate above 0.
+    const fits =
+      at.ratePerSecond <= 0 ? 0 : Math.floor((at.ratePerSecond * window.leftMs) / 1000 + 1e-6);
     const keep = Math.min(reserve.requests, fits);
     reserves.set(counter.key, { requests: keep, window: window.index });
     if (reserve.requests - keep <= 0) return [];
@@ -199,6 +222,7 @@ export async function charge(
     ...counter,
     cost: Math.min(charges[at]?.cost ?? 0, COST_CAP),
     overdraw: true,
+    deepDebt: true,
     shadow: false,
     quota: false,
     reference: undefined,

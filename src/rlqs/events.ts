@@ -26,7 +26,9 @@ export type RlqsEvent =
         | 'queued_bytes_total'
         | 'unread';
     }
-  /** Reported allowed requests past their rule's limit in its window (session.ts). */
+  /** Actions sent unasked: buckets held back to a window's end, resumed (session.ts). */
+  | { kind: 'resumed'; actions: readonly BucketAction[] }
+  /** Reported allowed requests that landed past their rule's limit (charging.ts). */
   | { kind: 'over_admitted'; requests: number };
 
 /** What the metrics read of the open streams, when scraped. */

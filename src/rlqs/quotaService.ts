@@ -9,7 +9,7 @@ import type { DemandOptions, DemandStore } from '../store/demand.js';
 import type { Store } from '../store/Store.js';
 import type { RlqsSettings } from './rlqsSettings.js';
 import type { RlqsEvent } from './events.js';
-import { createSession, type Session } from './session.js';
+import { createSession, type Session, type SessionOptions } from './session.js';
 
 export interface QuotaServiceOptions {
   settings: RlqsSettings;
@@ -27,8 +27,11 @@ export interface QuotaServiceOptions {
 
 /** RLQS without its transport: a session for each stream, which answers its reports. */
 export interface QuotaService {
-  /** A new stream's session, under a name unique across instances. */
-  session(streamId: string): Session;
+  /**
+   * A new stream's session, under a name unique across instances; `push` sends actions unasked
+   * (SessionOptions.push).
+   */
+  session(streamId: string, push?: SessionOptions['push']): Session;
 }
 
 export function createQuotaService(options: QuotaServiceOptions): QuotaService {
@@ -37,9 +40,10 @@ export function createQuotaService(options: QuotaServiceOptions): QuotaService {
   const onOverAdmitted = (requests: number) =>
     options.onEvent?.({ kind: 'over_admitted', requests });
   return {
-    session: (streamId) =>
+    session: (streamId, push) =>
       createSession({
         streamId,
+        push,
         rules: options.rules,
         store: options.store,
         demand,

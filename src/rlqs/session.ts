@@ -37,10 +37,11 @@ import {
   releaseReserves,
   reserveAhead,
   roomLeft,
-  fixedWindowAt,
+  reserveSpan,
   type CounterCharge,
   type Reserve,
 } from './charging.js';
+import { createResumer, scheduleTimer, type Schedule } from './resume.js';
 import { ELAPSED_SLACK_MS, MAX_ELAPSED_MS, checkPlausible, clampElapsed } from './trust.js';
 import { measureDemand, newDemandMeter, type BucketUsage, type DemandMeter } from './usage.js';
 
@@ -73,6 +74,14 @@ export interface SessionOptions {
   onOverAdmitted?(requests: number): void;
   /** A monotonic clock in ms, for the time a report could cover; performance.now by default. */
   monotonic?: () => number;
+  /**
+   * Sends actions unasked: the stream runs `work` after the reports queued before it, and sends
+   * the actions it resolves with. Without it, a bucket held back to a window's end waits for
+   * its next report.
+   */
+  push?(work: () => Promise<BucketAction[]>): void;
+  /** Timers for the moments buckets are resumed (resume.ts); real timers by default. */
+  schedule?: Schedule;
 }
 
 /** One bucket more than a stream may hold, or a report of more. */
@@ -91,6 +100,18 @@ interface Held extends DemandMeter {
   seenAt: number;
   /** Per counter key, what it holds charged ahead of its client's admissions (charging.ts). */
   reserves: Map<string, Reserve>;
+  /**
+   * Held back to a window's end (denied, or slowed to what it held of the window): the wall time
+   * it is sent its share again (resume.ts), with what its last report was charged on.
+   */
+  heldBack?: HeldBack;
+}
+
+/** A bucket held back to a window's end, and what its last assignment was made from. */
+interface HeldBack {
+  untilMs: number;
+  prepared: Prepared;
+  shares: readonly PoolShare[];
 }
 
 /** Buckets of a report whose store calls are sent at once. */
@@ -124,7 +145,7 @@ export interface Session {
   report(domain: string, usages: readonly BucketUsage[]): Promise<BucketAction[]>;
   /** Buckets the stream holds now. */
   buckets(): number;
-  /** The stream closed: its buckets' demand leaves their pools. Never rejects. */
+  /** The stream closed: its buckets' demand leaves their pools, and no bucket is resumed. Never rejects. */
   close(): Promise<void>;
 }
 
@@ -308,7 +329,8 @@ function outliveStore(
  * Per counter, what to charge for this report, charging ahead (charging.ts, `reserveAhead`): the
  * reserve's target is what the bucket's client will admit at `rate` (and at most its demand)
  * before its next report, expected a reporting interval away, or as far as this one came, or
- * before the window ends. Counters that are not plain fixed windows are charged as reported.
+ * before the window ends (a token bucket's never does). Counters not charged ahead (charging.ts
+ * `reserveSpan`) are charged as reported.
  */
 function reportCosts(
   state: Held,
@@ -320,7 +342,7 @@ function reportCosts(
   const allowed = prepared.usage.allowed;
   const reserves: [string, Reserve][] = [];
   const charges = prepared.counters.map((counter) => {
-    const window = fixedWindowAt(counter, report.wallMs);
+    const window = reserveSpan(counter, report.wallMs);
     if (window === undefined) return asReported(allowed);
     const target = perMs * Math.min(intervalMs, window.leftMs);
     const last = state.reserves.get(counter.key);
@@ -336,8 +358,9 @@ function reportCosts(
  * reserve for what the new assignment will admit before the next report (reportCosts), in one
  * store call. When the charge fills a window (classic checks or fallbacks took more than their
  * part, charging.ts `roomLeft`), the bucket gets what its reserve still holds of it, as a lower
- * rate to the window's end, and gives the rest back; with nothing held, DENY_ALL, until a report
- * after the window rolls over. Either way the next report takes its share afresh.
+ * rate to the window's end, and gives the rest back; with nothing held, DENY_ALL, until the
+ * window rolls over (`untilMs`: then the bucket is resumed) or a report after it. Either way
+ * the next assignment takes its share afresh.
  */
 async function chargeAndAssign(
   options: SessionOptions,
@@ -350,7 +373,7 @@ async function chargeAndAssign(
     nowMs: number | undefined;
     wallMs: number;
   },
-): Promise<Strategy> {
+): Promise<{ strategy: Strategy; untilMs?: number }> {
   const { strategy, settled } = tokenBucketStrategy(state, report.shares);
   const { charges, reserves } = reportCosts(state, prepared, {
     rate: settled.rate,
@@ -362,20 +385,119 @@ async function chargeAndAssign(
   const results = await charge(options, prepared.counters, charges, report.nowMs);
   state.settled = settled;
   for (const [key, reserve] of reserves) state.reserves.set(key, reserve);
-  const room = roomLeft(prepared.counters, results, state.reserves, report.wallMs);
-  if (room.kind === 'open') return strategy;
+  const room = roomLeft(prepared.counters, results, state.reserves, {
+    wallMs: report.wallMs,
+    intervalMs: state.intervalMs ?? RELEASED_REPORTING_MS,
+  });
+  if (room.kind === 'open') return { strategy };
   state.settled = undefined;
   const ratePerSecond = room.kind === 'spent' ? 0 : Math.min(room.ratePerSecond, settled.rate);
   await releaseReserves(options.store, prepared.counters, state.reserves, {
     ...report,
     ratePerSecond,
   });
-  if (ratePerSecond <= 0) return { kind: 'blanket', rule: 'DENY_ALL' };
+  if (ratePerSecond <= 0)
+    return { strategy: { kind: 'blanket', rule: 'DENY_ALL' }, untilMs: room.untilMs };
   const budget = consumerBudget(report.shares);
-  return {
+  const graded: Strategy = {
     kind: 'token_bucket',
     ...tokenBucketFor({ ...budget, ratePerSecond, burst: undefined }),
   };
+  return { strategy: graded, untilMs: room.untilMs };
+}
+
+/**
+ * A report's buckets answered a part at a time: each store call's deadline starts when it is
+ * sent, and a thousand at once would queue on the connection past REDIS_TIMEOUT, and ahead of
+ * classic checks.
+ */
+async function inParts(
+  prepared: readonly Prepared[],
+  answer: (prepared: Prepared) => Promise<BucketAction | undefined>,
+): Promise<BucketAction[]> {
+  const actions: BucketAction[] = [];
+  for (let start = 0; start < prepared.length; start += REPORT_PART) {
+    const part = prepared.slice(start, start + REPORT_PART);
+    for (const action of await Promise.all(part.map(answer))) {
+      if (action !== undefined) actions.push(action);
+    }
+  }
+  return actions;
+}
+
+/**
+ * Buckets held back to a window's end (resume.ts): `holdBack` marks one, and once its window has
+ * rolled over, the stream is sent its new action unasked, unless a report answered it since.
+ */
+function resumption(
+  options: SessionOptions,
+  held: ReadonlyMap<string, Held>,
+  monotonic: () => number,
+): {
+  holdBack(name: string, state: Held, untilMs: number | undefined, from: HeldBack): void;
+  close(): void;
+} {
+  const resumer = createResumer({
+    schedule: options.schedule ?? scheduleTimer,
+    wallNow: () => options.clock?.() ?? Date.now(),
+    resume: (names, atMs) => options.push?.(() => resumeAll(names, atMs)),
+  });
+
+  /** Marks the bucket held back until `untilMs` (none: it is not), to be resumed then. */
+  function holdBack(name: string, state: Held, untilMs: number | undefined, from: HeldBack): void {
+    if (untilMs === undefined || options.push === undefined) {
+      state.heldBack = undefined;
+      return;
+    }
+    state.heldBack = { ...from, untilMs };
+    resumer.at(name, untilMs);
+  }
+
+  /** The actions of the buckets held back until `atMs` that no report has answered since. */
+  async function resumeAll(names: readonly string[], atMs: number): Promise<BucketAction[]> {
+    const actions: BucketAction[] = [];
+    for (const name of names) {
+      const state = held.get(name);
+      const back = state?.heldBack;
+      if (state === undefined || back === undefined || back.untilMs !== atMs) continue;
+      state.heldBack = undefined;
+      // A store that fails now leaves the bucket to its next report.
+      const action = await resumeOne(name, state, back).catch(() => undefined);
+      if (action !== undefined) actions.push(action);
+    }
+    return actions;
+  }
+
+  /**
+   * A held-back bucket in its new window: its share again, charged ahead as a report of no
+   * requests would be, from the shares of its last report. Still held back (classic checks
+   * already filled the new window), a denied bucket is told nothing new.
+   */
+  async function resumeOne(
+    name: string,
+    state: Held,
+    back: HeldBack,
+  ): Promise<BucketAction | undefined> {
+    const nowMs = options.clock?.();
+    const usage = { ...back.prepared.usage, allowed: 0, denied: 0, elapsedMs: 0 };
+    const prepared = { ...back.prepared, usage, at: monotonic(), coveredMs: 0 };
+    const assigned = await chargeAndAssign(options, state, prepared, {
+      shares: back.shares,
+      demand: state.demand ?? Infinity,
+      nowMs,
+      wallMs: nowMs ?? Date.now(),
+    });
+    const before = state.strategy;
+    state.strategy = assigned.strategy;
+    holdBack(name, state, assigned.untilMs, back);
+    if (assigned.strategy.kind !== 'token_bucket' && before?.kind === assigned.strategy.kind) {
+      return undefined;
+    }
+    const ttlMs = assignmentTtlMs(state.intervalMs, options.ttlFloorMs);
+    return { bucket: usage.bucket, kind: 'assign', strategy: assigned.strategy, ttlMs };
+  }
+
+  return { holdBack, close: () => resumer.close() };
 }
 
 export function createSession(options: SessionOptions): Session {
@@ -386,6 +508,7 @@ export function createSession(options: SessionOptions): Session {
 
   const monotonic = options.monotonic ?? (() => performance.now());
   const openedAt = monotonic();
+  const { holdBack, close: stopResuming } = resumption(options, held, monotonic);
 
   async function one(prepared: Prepared): Promise<BucketAction> {
     const { name, usage, counters, coveredMs } = prepared;
@@ -426,12 +549,14 @@ export function createSession(options: SessionOptions): Session {
       ttlMs,
       nowMs,
     });
-    state.strategy = await chargeAndAssign(options, state, prepared, {
+    const assigned = await chargeAndAssign(options, state, prepared, {
       shares,
       demand: estimated ? Infinity : demand,
       nowMs,
       wallMs,
     });
+    state.strategy = assigned.strategy;
+    holdBack(name, state, assigned.untilMs, { untilMs: 0, prepared, shares });
     return { bucket: usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
   }
 
@@ -454,16 +579,7 @@ export function createSession(options: SessionOptions): Session {
           first: known === undefined,
         });
       });
-      // A part at a time: each store call's deadline starts when it is sent, and a thousand at
-      // once would queue on the connection past REDIS_TIMEOUT, and ahead of classic checks.
-      const actions: BucketAction[] = [];
-      for (let start = 0; start < prepared.length; start += REPORT_PART) {
-        const part = prepared.slice(start, start + REPORT_PART);
-        for (const action of await Promise.all(part.map(answer))) {
-          if (action !== undefined) actions.push(action);
-        }
-      }
-      return actions;
+      return inParts(prepared, answer);
     },
     buckets: () => held.size,
     async close() {
@@ -471,6 +587,7 @@ export function createSession(options: SessionOptions): Session {
         [...state.pools].map((pool) => [pool, consumerOf(name)] as const),
       );
       held.clear();
+      stopResuming();
       // Best effort: a consumer that is not forgotten expires with its TTL.
       await Promise.all(
         leaving.map(([pool, consumer]) => options.demand.forget(pool, consumer).catch(() => {})),

@@ -8,6 +8,9 @@ import {
   FLEET_RULES,
   L,
   MEASURED,
+  TOKEN_RATE,
+  TOKEN_TENANT,
+  W,
   fleetScenario,
   jain,
   measuredWindows,
@@ -35,6 +38,9 @@ const cases = [
 ] as const;
 /** Classic checks allowed per window, on the tenant the shared case's clients report on. */
 let classicAllowed = new Map<number, number>();
+/** 4 equal clients and classic checks on a token-bucket rule (TOKEN_TENANT). */
+let tokenRun: SimResult;
+let tokenClassic = new Map<number, number>();
 
 beforeAll(async () => {
   buildRlqsSim();
@@ -45,13 +51,21 @@ beforeAll(async () => {
       reportingIntervalMs: RELEASED_INTERVAL,
     }),
   );
-  const [runs] = await Promise.all([
+  const tokens = fleetScenario(tollgate.address, TOKEN_TENANT, [...equal(4)], {
+    semantics: 'envoy-code',
+    reportingIntervalMs: RELEASED_INTERVAL,
+  });
+  const until = Date.now() + scenarios[3]!.durationMs;
+  const [runs, tokenRuns] = await Promise.all([
     Promise.all(scenarios.map((scenario) => runSimulation(scenario))),
-    // 60 a second, 0.3 L, on the shared case's tenant, for as long as its fleet runs.
-    classicLoad(tollgate, 'released-shared', 60, Date.now() + scenarios[3]!.durationMs).then(
+    runSimulation(tokens),
+    // 60 a second, 0.3 L, on the shared cases' tenants, for as long as their fleets run.
+    classicLoad(tollgate, 'released-shared', 60, until).then(
       (allowed) => (classicAllowed = allowed),
     ),
+    classicLoad(tollgate, TOKEN_TENANT, 60, until).then((allowed) => (tokenClassic = allowed)),
   ]);
+  tokenRun = tokenRuns;
   cases.forEach(([, tenant], at) => results.set(tenant, runs[at]!));
 }, 300_000);
 afterAll(async () => {
@@ -84,9 +98,10 @@ describe('an RLQS fleet of Envoys as released, reporting every 5 s in whole seco
       // in windows whose boundary came just before their reports, before the streams' parts were
       // counted together).
       // Beside classic checks, a window that their checks and the clients' reserves fill leaves
-      // each client what it holds of it, as a lower rate: denied instead, on a busy machine
-      // (reports late, reserves larger, the window filled at its middle report), the clients
-      // admitted 0.83-0.87 L.
+      // each client what it holds of it, as a lower rate, and the clients are sent their shares
+      // again as it ends. Denied instead, on a busy machine (reports late, reserves larger, the
+      // window filled at its middle report), the clients admitted 0.83-0.87 L; denied until
+      // their next report, 3.5 s into the next window, 0.90-0.93 L.
       for (const n of admitted) expect(n).toBeGreaterThanOrEqual(L * 0.9);
       // Settled: each client's assignment changes at most once more after warm-up (a share that
       // moved a little, taken after three reports), never back and forth. Beside classic checks
@@ -97,6 +112,28 @@ describe('an RLQS fleet of Envoys as released, reporting every 5 s in whole seco
       expect(result.streamErrors).toEqual([]);
     },
   );
+
+  it('4 equal clients and classic checks on a token-bucket rule: within its rate and burst together, the clients not starved', () => {
+    // The rule: R a second, a burst of a second of it. The clients' reports are charged ahead,
+    // into debt as deep as they need, so classic checks get only what the clients leave, and the
+    // two together keep to the rule; no client is denied for what classic checks took.
+    const windows = measuredWindows(tokenRun);
+    const admitted = windows.map((w) => w.total.admitted);
+    const classic = windows.map((w) => tokenClassic.get(w.startMs) ?? 0);
+    const together = admitted.reduce((a, b) => a + b, 0) + classic.reduce((a, b) => a + b, 0);
+    const span = (windows.length * W) / 1000;
+    console.log(
+      `[rlqs released] token bucket: clients ${admitted.join(' ')}, classic ${classic.join(' ')} a window; ` +
+        `${(together / (TOKEN_RATE * span)).toFixed(3)} R over ${span} s`,
+    );
+    expect(windows).toHaveLength(MEASURED);
+    // At most the rule's rate over the span, a burst, and 5%.
+    expect(together).toBeLessThanOrEqual(TOKEN_RATE * span * 1.05 + TOKEN_RATE);
+    for (const n of admitted) expect(n).toBeGreaterThanOrEqual(0.9 * TOKEN_RATE * (W / 1000));
+    const denials = tokenRun.assignments.filter((a) => a.blanket === 'DENY_ALL');
+    expect(denials).toEqual([]);
+    expect(tokenRun.streamErrors).toEqual([]);
+  });
 
   it.each(cases)(
     '%s: no assignment expires before the next report of its stream',

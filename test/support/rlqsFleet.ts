@@ -10,9 +10,15 @@ export const L = 2_000;
 export const INTERVAL = 500;
 export const WARM = 2;
 export const MEASURED = 3;
+/** The token-bucket rule of the tenant TOKEN_TENANT: R a second, a burst of a second of it. */
+export const TOKEN_TENANT = 'token-bucket';
+export const TOKEN_RATE = L / (W / 1000);
 export const FLEET_RULES = `
 domain: fleet
 descriptors:
+  - key: tenant
+    value: ${TOKEN_TENANT}
+    rate_limit: {requests_per_unit: ${TOKEN_RATE}, unit: second, algorithm: token_bucket}
   - key: tenant
     rate_limit: {requests_per_unit: ${L}, window: 10s, algorithm: fixed_window}
 `;

@@ -60,8 +60,11 @@ export interface RlqsStreamOptions extends Pick<
   | 'maxQueuedBytesTotal'
   | 'unreadMs'
 > {
-  /** A new stream's session, under a name unique across instances. */
-  session(streamId: string): Session;
+  /**
+   * A new stream's session, under a name unique across instances; `push` sends actions unasked,
+   * in order with the answers to its reports.
+   */
+  session(streamId: string, push: (work: () => Promise<BucketAction[]>) => void): Session;
   /** Told of each report answered, stream opened and closed, for metrics. */
   onEvent?(event: RlqsEvent): void;
   /** Told of a failure that is a bug, for the log; the stream ends INTERNAL. */
@@ -214,9 +217,10 @@ export function createRlqsService(options: RlqsStreamOptions): RlqsService {
     }
     open += 1;
     event({ kind: 'stream', open });
-    const session = options.session(randomUUID());
+    const pushes: Pushes = {};
+    const session = options.session(randomUUID(), (work) => pushes.to?.(work));
     const output = createOutput(call, transport, options, queued, event);
-    const end = serveStream(call, output, session, options, event, () => {
+    const end = serveStream(call, output, { session, pushes }, options, event, () => {
       open -= 1;
       sessions.delete(session);
       event({ kind: 'stream', open });
@@ -381,7 +385,7 @@ function watchUnread(
  * About the size of the answer to these usages on the wire: each bucket's id, echoed, and its
  * action's fields. A report is about as large.
  */
-function answerBytes(usages: readonly BucketUsage[]): number {
+function answerBytes(usages: readonly { bucket: Bucket }[]): number {
   let bytes = 0;
   for (const usage of usages) {
     bytes += 64;
@@ -397,10 +401,49 @@ function queuedDetails(past: 'queued_bytes' | 'queued_bytes_total', limits: Outp
     : `more than ${limits.maxQueuedBytesTotal} bytes of answers wait for their clients across RLQS streams, RLQS_MAX_QUEUED_BYTES_TOTAL`;
 }
 
+/**
+ * Actions a session sends unasked (buckets resumed as their window rolls over), queued after the
+ * answers before them. Past a bound of bytes queued, they are left to the next answer.
+ */
+async function sendUnasked(
+  output: StreamOutput,
+  event: (e: RlqsEvent) => void,
+  work: () => Promise<BucketAction[]>,
+): Promise<void> {
+  if (output.ended()) return;
+  const actions = await work().catch(() => []);
+  if (actions.length === 0 || output.ended()) return;
+  const bytes = answerBytes(actions);
+  if (output.reserve(bytes) !== undefined) return;
+  event({ kind: 'resumed', actions });
+  output.send({ bucket_action: actions.map(wireAction) }, bytes);
+}
+
+/** Calls `onStale` while no report has come for `staleMs`; the timer keeps no process alive. */
+function watchStale(
+  staleMs: number,
+  allowance: { lastAt(): number },
+  onStale: () => void,
+): NodeJS.Timeout {
+  const timer = setInterval(
+    () => {
+      if (performance.now() - allowance.lastAt() >= staleMs) onStale();
+    },
+    Math.max(100, Math.min(staleMs / 2, 10_000)),
+  );
+  timer.unref();
+  return timer;
+}
+
+/** Where a session's unasked actions go: the stream's queue, once it serves. */
+interface Pushes {
+  to?: (work: () => Promise<BucketAction[]>) => void;
+}
+
 function serveStream(
   call: grpc.ServerDuplexStream<unknown, unknown>,
   output: StreamOutput,
-  session: Session,
+  { session, pushes }: { session: Session; pushes: Pushes },
   options: RlqsStreamOptions,
   event: (e: RlqsEvent) => void,
   release: () => void,
@@ -411,15 +454,10 @@ function serveStream(
   let domain: string | undefined;
   let chain = Promise.resolve();
   const end = output.end;
-  const stale = setInterval(
-    () => {
-      if (performance.now() - allowance.lastAt() < options.staleMs) return;
-      event({ kind: 'refused', reason: 'stale' });
-      end(grpc.status.CANCELLED, `no usage report for ${options.staleMs} ms, RLQS_STALE_STREAM`);
-    },
-    Math.max(100, Math.min(options.staleMs / 2, 10_000)),
-  );
-  stale.unref();
+  const stale = watchStale(options.staleMs, allowance, () => {
+    event({ kind: 'refused', reason: 'stale' });
+    end(grpc.status.CANCELLED, `no usage report for ${options.staleMs} ms, RLQS_STALE_STREAM`);
+  });
   let closed = false;
   const closeOnce = () => {
     if (closed) return;
@@ -452,6 +490,10 @@ function serveStream(
       if (status.code === grpc.status.INTERNAL) options.onInternalError?.(error);
       end(status.code, status.details);
     }
+  };
+
+  pushes.to = (work) => {
+    chain = chain.then(() => sendUnasked(output, event, work));
   };
 
   call.on('data', (message: ReportMessage) => {

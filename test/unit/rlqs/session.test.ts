@@ -241,6 +241,107 @@ describe('an RLQS stream', () => {
     expect(rateOf(next)).toBeCloseTo(10 * (59.5 / 60), 1);
   });
 
+  it('sends a bucket held back to a window its share once the window rolls over, unasked', async () => {
+    const rules = load(RULES);
+    let now = NOW + 30_000;
+    const timers: { run: () => void; delayMs: number }[] = [];
+    const pushed: BucketAction[][] = [];
+    const { session, store } = fleet(
+      { current: rules },
+      {
+        clock: () => now,
+        schedule: (run, delayMs) => {
+          timers.push({ run, delayMs });
+          return () => undefined;
+        },
+        push: (work) => void work().then((actions) => pushed.push(actions)),
+      },
+    );
+    const a = session('a');
+    await a.report('quota', [usage({ tenant: 'acme' }, 1)]);
+    const peek = planCheck(
+      {
+        domain: 'quota',
+        descriptors: [{ entries: [{ key: 'tenant', value: 'acme' }] }],
+        hitsAddend: 0,
+      },
+      rules,
+      plan,
+    );
+    const read = peek.counters.map((counter) => ({ ...counter, cost: 0 }));
+    const left = (await store.decide(read, now)).results[0]!.remaining;
+    await store.decide([{ ...peek.counters[0]!, cost: left }], now);
+    // Held back to the window's end, 30 s away (and a little more, for the store's clock).
+    const [graded] = await a.report('quota', [usage({ tenant: 'acme' }, 0)]);
+    expect(rateOf(graded)).toBeLessThan(1);
+    expect(timers.map((t) => t.delayMs)).toEqual([30_050]);
+    now = NOW + 60_050;
+    timers[0]!.run();
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    // Its share again, and what it will admit until its next report charged to the new window.
+    expect(pushed).toHaveLength(1);
+    expect(rateOf(pushed[0]![0])).toBeCloseTo(10 * (59.5 / 60), 1);
+    expect((await store.decide(read, now)).results[0]!.remaining).toBe(600 - 9);
+  });
+
+  it('resumes nothing for a bucket a report has answered since it was held back', async () => {
+    const rules = load(RULES);
+    let now = NOW + 30_000;
+    const timers: (() => void)[] = [];
+    const pushed: BucketAction[][] = [];
+    const { session, store } = fleet(
+      { current: rules },
+      {
+        clock: () => now,
+        schedule: (run) => {
+          timers.push(run);
+          return () => undefined;
+        },
+        push: (work) => void work().then((actions) => pushed.push(actions)),
+      },
+    );
+    const a = session('a');
+    await a.report('quota', [usage({ tenant: 'acme' }, 1)]);
+    const peek = planCheck(
+      {
+        domain: 'quota',
+        descriptors: [{ entries: [{ key: 'tenant', value: 'acme' }] }],
+        hitsAddend: 0,
+      },
+      rules,
+      plan,
+    );
+    const read = peek.counters.map((counter) => ({ ...counter, cost: 0 }));
+    const left = (await store.decide(read, now)).results[0]!.remaining;
+    await store.decide([{ ...peek.counters[0]!, cost: left }], now);
+    await a.report('quota', [usage({ tenant: 'acme' }, 0)]);
+    now = NOW + 61_000;
+    const [next] = await a.report('quota', [usage({ tenant: 'acme' }, 0)]);
+    expect(rateOf(next)).toBeCloseTo(10 * (59.5 / 60), 1);
+    timers[0]!();
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(pushed).toEqual([[]]);
+  });
+
+  it('denies a token bucket its fallbacks overdrew, until refills pay the debt back', async () => {
+    let now = NOW;
+    const rules = load(
+      'domain: quota\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket}\n',
+    );
+    const { session } = fleet({ current: rules }, { clock: () => now });
+    const a = session('a');
+    // 1,000 admitted on fallbacks against 10 a second: a debt far past what a client can owe (a
+    // burst of 10, and 10 a second over its reporting interval, twice).
+    const [denied] = await a.report('quota', [usage({ tenant: 'acme' }, 1000)]);
+    expect(denied).toMatchObject({
+      kind: 'assign',
+      strategy: { kind: 'blanket', rule: 'DENY_ALL' },
+    });
+    now += 100_000;
+    const [again] = await a.report('quota', [usage({ tenant: 'acme' }, 0)]);
+    expect(rateOf(again)).toBeCloseTo(10, 0);
+  });
+
   it('takes a joining bucket at no more demand than its first report shows, and makes room for it', async () => {
     // 1,000 a second, so that neither client's demand is capped at the rule's rate.
     const { session } = fleet({ current: load(RULES.replace('600,', '60000,')) });
@@ -397,6 +498,7 @@ describe('a window filled by others than the RLQS clients', () => {
     overdraw: true,
   };
   const wallMs = 1_800_000_005_000;
+  const when = { wallMs, intervalMs: 5_000 };
   const index = Math.floor(wallMs / 10_000);
   const at = (remaining: number, past?: number) => [
     { fits: remaining > 0, remaining, resetMs: 5_000, ...(past ? { past } : {}) },
@@ -404,30 +506,47 @@ describe('a window filled by others than the RLQS clients', () => {
   const held = (requests: number, window = index) => new Map([['k', { requests, window }]]);
 
   it('leaves a bucket what it holds of the window, less what the count passed the limit by', () => {
-    expect(roomLeft([counter], at(1), held(100), wallMs)).toEqual({ kind: 'open' });
+    expect(roomLeft([counter], at(1), held(100), when)).toEqual({ kind: 'open' });
     // 100 held over the 5 s left: 20 a second.
-    expect(roomLeft([counter], at(0), held(100), wallMs)).toEqual({
+    expect(roomLeft([counter], at(0), held(100), when)).toEqual({
       kind: 'graded',
       ratePerSecond: 20,
+      untilMs: wallMs + 5_000,
     });
-    expect(roomLeft([counter], at(0, 30), held(100), wallMs)).toEqual({
+    expect(roomLeft([counter], at(0, 30), held(100), when)).toEqual({
       kind: 'graded',
       ratePerSecond: 14,
+      untilMs: wallMs + 5_000,
     });
   });
 
   it('is spent once the bucket holds nothing of it', () => {
-    expect(roomLeft([counter], at(0, 100), held(100), wallMs)).toEqual({ kind: 'spent' });
+    // Until the window ends, at which the bucket is resumed.
+    const spent = { kind: 'spent', untilMs: wallMs + 5_000 };
+    expect(roomLeft([counter], at(0, 100), held(100), when)).toEqual(spent);
     // Held in a window before: spent with that window.
-    expect(roomLeft([counter], at(0), held(100, index - 1), wallMs)).toEqual({ kind: 'spent' });
+    expect(roomLeft([counter], at(0), held(100, index - 1), when)).toEqual(spent);
     // Charged as reported (a sliding window), nothing is held.
     const sliding = { ...counter, algorithm: 'sliding_window' as const };
-    expect(roomLeft([sliding], at(0), held(100), wallMs)).toEqual({ kind: 'spent' });
-    // A shadow rule, or a token bucket, is never spent so.
-    expect(roomLeft([{ ...counter, shadow: true }], at(0), new Map(), wallMs)).toEqual({
+    expect(roomLeft([sliding], at(0), held(100), when)).toEqual({ kind: 'spent' });
+    // A shadow rule is never spent so.
+    expect(roomLeft([{ ...counter, shadow: true }], at(0), new Map(), when)).toEqual({
       kind: 'open',
     });
-    const bucket = { ...counter, algorithm: 'token_bucket' as const };
-    expect(roomLeft([bucket], at(0), new Map(), wallMs)).toEqual({ kind: 'open' });
+  });
+
+  it('leaves a token bucket in the debt its clients can owe, and spends it past twice that', () => {
+    // 200 a second, a burst of 200: the clients' starts (200) and a 5 s interval of reserves
+    // (1,000) are theirs to owe.
+    const bucket = {
+      ...counter,
+      algorithm: 'token_bucket' as const,
+      burst: 200,
+      windowMs: 1_000,
+      limit: 200,
+    };
+    expect(roomLeft([bucket], at(0), new Map(), when)).toEqual({ kind: 'open' });
+    expect(roomLeft([bucket], at(0, 2_400), new Map(), when)).toEqual({ kind: 'open' });
+    expect(roomLeft([bucket], at(0, 2_401), new Map(), when)).toEqual({ kind: 'spent' });
   });
 });
