@@ -117,6 +117,11 @@ export interface Reserve {
   requests: number;
   /** The window's index: its start over its length; 0 for a token bucket, which has none. */
   window: number;
+  /**
+   * A bucket resumed as its window ended (session.ts): what it held of the window before, which
+   * its next report's allowed requests come out of first, since they were charged there.
+   */
+  before?: number;
 }
 
 /**
@@ -139,9 +144,10 @@ export function reserveAhead(
   target: number,
   window: number,
 ): { charge: CounterCharge; reserve: Reserve } {
+  const fresh = Math.max(0, allowed - (last?.before ?? 0));
   const held = last?.requests ?? 0;
-  const over = Math.max(0, allowed - held);
-  const left = last !== undefined && last.window === window ? Math.max(0, held - allowed) : 0;
+  const over = Math.max(0, fresh - held);
+  const left = last !== undefined && last.window === window ? Math.max(0, held - fresh) : 0;
   const topUp = Math.max(0, Math.floor(target) - left);
   const ahead = left + topUp;
   return {

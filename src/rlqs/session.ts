@@ -236,9 +236,10 @@ function prepare(
 function tokenBucketStrategy(
   state: Held,
   shares: readonly PoolShare[],
+  atMs: number,
 ): { strategy: Strategy; settled: Settled } {
   const budget = consumerBudget(shares);
-  const settled = settle(state.settled, budget.ratePerSecond);
+  const settled = settle(state.settled, budget.ratePerSecond, atMs);
   if (settled.rate === state.settled?.rate && state.strategy?.kind === 'token_bucket') {
     return { strategy: state.strategy, settled };
   }
@@ -374,7 +375,7 @@ async function chargeAndAssign(
     wallMs: number;
   },
 ): Promise<{ strategy: Strategy; untilMs?: number }> {
-  const { strategy, settled } = tokenBucketStrategy(state, report.shares);
+  const { strategy, settled } = tokenBucketStrategy(state, report.shares, prepared.at);
   const { charges, reserves } = reportCosts(state, prepared, {
     rate: settled.rate,
     demand: report.demand,
@@ -481,12 +482,21 @@ function resumption(
     const nowMs = options.clock?.();
     const usage = { ...back.prepared.usage, allowed: 0, denied: 0, elapsedMs: 0 };
     const prepared = { ...back.prepared, usage, at: monotonic(), coveredMs: 0 };
+    const old = new Map(state.reserves);
     const assigned = await chargeAndAssign(options, state, prepared, {
       shares: back.shares,
       demand: state.demand ?? Infinity,
       nowMs,
       wallMs: nowMs ?? Date.now(),
     });
+    // What the bucket held of the window that ended was admitted there, and charged there: its
+    // next report carries it, and it is not to come out of the new window's reserve.
+    for (const [key, reserve] of state.reserves) {
+      const before = old.get(key);
+      if (before !== undefined && before.window !== reserve.window) {
+        state.reserves.set(key, { ...reserve, before: before.requests });
+      }
+    }
     const before = state.strategy;
     state.strategy = assigned.strategy;
     holdBack(name, state, assigned.untilMs, back);

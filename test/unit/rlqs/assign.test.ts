@@ -72,28 +72,35 @@ describe('fair RLQS assignments', () => {
     expect(second).toEqual({ maxTokens: 1, tokensPerFill: 2, fillIntervalSeconds: 1 });
   });
 
-  it('takes a large fall at once, a large rise at the second ask, a small move once it holds for 3 reports, and noise never', () => {
-    expect(settle(undefined, 5)).toEqual({ rate: 5, streak: 0 });
+  it('takes a large fall at once, a large rise at the second ask, a small move once it holds for 3 reports and 5 s, and noise never', () => {
+    expect(settle(undefined, 5, 0)).toEqual({ rate: 5, streak: 0, since: 0 });
+    const at100 = { rate: 100, streak: 0, since: 0 };
     // A client joined.
-    expect(settle({ rate: 100, streak: 0 }, 94).rate).toBe(94);
+    expect(settle(at100, 94, 5000).rate).toBe(94);
     // A client left: taken when the next report asks for a rise too.
-    const asked = settle({ rate: 100, streak: 0 }, 150);
-    expect(asked).toEqual({ rate: 100, streak: 1 });
-    expect(settle(asked, 148).rate).toBe(148);
+    const asked = settle(at100, 150, 5000);
+    expect(asked).toEqual({ rate: 100, streak: 1, since: 5000 });
+    expect(settle(asked, 148, 10_000).rate).toBe(148);
     // One report that saw too few clients, then the right ones: nothing moves.
-    expect(settle(asked, 100.5)).toEqual({ rate: 100, streak: 0 });
+    expect(settle(asked, 100.5, 10_000)).toEqual({ rate: 100, streak: 0, since: 10_000 });
     // Within 1%: the same rate.
-    expect(settle({ rate: 100, streak: 2 }, 100.9)).toEqual({ rate: 100, streak: 0 });
-    // 4% lower three reports in a row: taken at the third.
-    let state = { rate: 100, streak: 0 };
-    for (const expected of [100, 100, 96]) {
-      state = settle(state, 96);
+    expect(settle({ rate: 100, streak: 2, since: 0 }, 100.9, 10_000).rate).toBe(100);
+    // 4% lower three reports in a row, 5 s apart: taken at the third.
+    let state = at100;
+    for (const [i, expected] of [100, 100, 96].entries()) {
+      state = settle(state, 96, 5000 * (i + 1));
       expect(state.rate).toBe(expected);
     }
+    // 500 ms apart, three reports are not enough: the move is taken once it has held for 5 s.
+    state = at100;
+    for (let i = 0; i <= 10; i++) {
+      state = settle(state, 96, 500 * i);
+      expect(state.rate).toBe(i < 10 ? 100 : 96);
+    }
     // Noise of 3% either way, report after report, never moves it.
-    state = { rate: 100, streak: 0 };
+    state = at100;
     for (let i = 0; i < 20; i++) {
-      state = settle(state, i % 2 === 0 ? 103 : 97);
+      state = settle(state, i % 2 === 0 ? 103 : 97, 5000 * i);
       expect(state.rate).toBe(100);
     }
   });
