@@ -100,6 +100,8 @@ interface Held extends DemandMeter {
   seenAt: number;
   /** Per counter key, what it holds charged ahead of its client's admissions (charging.ts). */
   reserves: Map<string, Reserve>;
+  /** The counters its last report was charged on: where its reserves are given back. */
+  counters: CounterCheck[];
   /**
    * Held back to a window's end (denied, or slowed to what it held of the window): the wall time
    * it is sent its share again (resume.ts), with what its last report was charged on.
@@ -174,6 +176,7 @@ function newHeld(seenAt: number): Held {
     ...newDemandMeter(),
     seenAt,
     reserves: new Map(),
+    counters: [],
     matched: false,
     settled: undefined,
     strategy: undefined,
@@ -408,6 +411,29 @@ async function chargeAndAssign(
 }
 
 /**
+ * A closed stream's buckets leave: their demand leaves their pools, and what they hold charged
+ * ahead is given back (an Envoy that opens its stream again reports what it admitted meanwhile
+ * on the new one, where it is charged in full). Best effort: a consumer that is not forgotten
+ * expires with its TTL, and a reserve left counts early in its window.
+ */
+async function leave(
+  options: SessionOptions,
+  buckets: readonly (readonly [string, Held])[],
+  consumerOf: (name: string) => string,
+): Promise<void> {
+  const nowMs = options.clock?.();
+  const at = { nowMs, wallMs: nowMs ?? Date.now(), ratePerSecond: 0 };
+  await Promise.all(
+    buckets.flatMap(([name, state]) => [
+      ...[...state.pools].map((pool) =>
+        options.demand.forget(pool, consumerOf(name)).catch(() => {}),
+      ),
+      releaseReserves(options.store, state.counters, state.reserves, at).catch(() => {}),
+    ]),
+  );
+}
+
+/**
  * A report's buckets answered a part at a time: each store call's deadline starts when it is
  * sent, and a thousand at once would queue on the connection past REDIS_TIMEOUT, and ahead of
  * classic checks.
@@ -524,6 +550,7 @@ export function createSession(options: SessionOptions): Session {
     const { name, usage, counters, coveredMs } = prepared;
     const state = holdBucket(held, name, options.maxBuckets, openedAt);
     state.seenAt = prepared.at;
+    state.counters = prepared.counters;
     const demand = measureDemand(state, usage, coveredMs, prepared.learnsInterval);
     const estimated = state.demand === undefined;
     const ttlMs = assignmentTtlMs(state.intervalMs, options.ttlFloorMs);
@@ -593,15 +620,10 @@ export function createSession(options: SessionOptions): Session {
     },
     buckets: () => held.size,
     async close() {
-      const leaving = [...held].flatMap(([name, state]) =>
-        [...state.pools].map((pool) => [pool, consumerOf(name)] as const),
-      );
+      const buckets = [...held];
       held.clear();
       stopResuming();
-      // Best effort: a consumer that is not forgotten expires with its TTL.
-      await Promise.all(
-        leaving.map(([pool, consumer]) => options.demand.forget(pool, consumer).catch(() => {})),
-      );
+      await leave(options, buckets, consumerOf);
     },
   };
 }

@@ -242,6 +242,26 @@ describe('an RLQS stream', () => {
     expect(rateOf(next)).toBeCloseTo(10 * (59.5 / 60), 1);
   });
 
+  it('gives back what a closed stream held charged ahead', async () => {
+    const rules = load(RULES);
+    const { session, store } = fleet({ current: rules });
+    const read = planCheck(
+      {
+        domain: 'quota',
+        descriptors: [{ entries: [{ key: 'tenant', value: 'acme' }] }],
+        hitsAddend: 0,
+      },
+      rules,
+      plan,
+    ).counters.map((counter) => ({ ...counter, cost: 0 }));
+    const a = session('a');
+    await a.report('quota', [usage({ tenant: 'acme' }, 100)]);
+    // 100 admitted, and 9 charged ahead.
+    expect((await store.decide(read, NOW)).results[0]!.remaining).toBe(600 - 109);
+    await a.close();
+    expect((await store.decide(read, NOW)).results[0]!.remaining).toBe(600 - 100);
+  });
+
   it('sends a bucket held back to a window its share once the window rolls over, unasked', async () => {
     const rules = load(RULES);
     let now = NOW + 30_000;
