@@ -262,15 +262,19 @@ describe('an RLQS stream', () => {
     expect((await store.decide(read, NOW)).results[0]!.remaining).toBe(600 - 100);
   });
 
-  it('sends a bucket held back to a window its share once the window rolls over, unasked', async () => {
+  /**
+   * A client on the tenant's 600 a minute, 30 s into a window, whose next report finds the
+   * window filled by classic checks: held back to its end. Timers are the test's to run.
+   */
+  async function heldBack() {
     const rules = load(RULES);
-    let now = NOW + 30_000;
+    const clock = { now: NOW + 30_000 };
     const timers: { run: () => void; delayMs: number }[] = [];
     const pushed: BucketAction[][] = [];
     const { session, store } = fleet(
       { current: rules },
       {
-        clock: () => now,
+        clock: () => clock.now,
         schedule: (run, delayMs) => {
           timers.push({ run, delayMs });
           return () => undefined;
@@ -280,7 +284,7 @@ describe('an RLQS stream', () => {
     );
     const a = session('a');
     await a.report('quota', [usage({ tenant: 'acme' }, 1)]);
-    const peek = planCheck(
+    const [counter] = planCheck(
       {
         domain: 'quota',
         descriptors: [{ entries: [{ key: 'tenant', value: 'acme' }] }],
@@ -288,59 +292,38 @@ describe('an RLQS stream', () => {
       },
       rules,
       plan,
-    );
-    const read = peek.counters.map((counter) => ({ ...counter, cost: 0 }));
-    const left = (await store.decide(read, now)).results[0]!.remaining;
-    await store.decide([{ ...peek.counters[0]!, cost: left }], now);
+    ).counters;
+    const left = async () =>
+      (await store.decide([{ ...counter!, cost: 0 }], clock.now)).results[0]!.remaining;
+    await store.decide([{ ...counter!, cost: await left() }], clock.now);
+    const [held] = await a.report('quota', [usage({ tenant: 'acme' }, 0)]);
+    /** Runs the timers, and lets what they started finish. */
+    const fire = async () => {
+      for (const timer of timers) timer.run();
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    };
+    return { a, clock, timers, pushed, held, left, fire };
+  }
+
+  it('sends a bucket held back to a window its share once the window rolls over, unasked', async () => {
+    const { clock, timers, pushed, held, left, fire } = await heldBack();
     // Held back to the window's end, 30 s away (and a little more, for the store's clock).
-    const [graded] = await a.report('quota', [usage({ tenant: 'acme' }, 0)]);
-    expect(rateOf(graded)).toBeLessThan(1);
+    expect(rateOf(held)).toBeLessThan(1);
     expect(timers.map((t) => t.delayMs)).toEqual([30_050]);
-    now = NOW + 60_050;
-    timers[0]!.run();
-    await new Promise((resolve) => setTimeout(resolve, 10));
+    clock.now = NOW + 60_050;
+    await fire();
     // Its share again, and what it will admit until its next report charged to the new window.
     expect(pushed).toHaveLength(1);
     expect(rateOf(pushed[0]![0])).toBeCloseTo(10 * (59.5 / 60), 1);
-    expect((await store.decide(read, now)).results[0]!.remaining).toBe(600 - 9);
+    expect(await left()).toBe(600 - 9);
   });
 
   it('resumes nothing for a bucket a report has answered since it was held back', async () => {
-    const rules = load(RULES);
-    let now = NOW + 30_000;
-    const timers: (() => void)[] = [];
-    const pushed: BucketAction[][] = [];
-    const { session, store } = fleet(
-      { current: rules },
-      {
-        clock: () => now,
-        schedule: (run) => {
-          timers.push(run);
-          return () => undefined;
-        },
-        push: (work) => void work().then((actions) => pushed.push(actions)),
-      },
-    );
-    const a = session('a');
-    await a.report('quota', [usage({ tenant: 'acme' }, 1)]);
-    const peek = planCheck(
-      {
-        domain: 'quota',
-        descriptors: [{ entries: [{ key: 'tenant', value: 'acme' }] }],
-        hitsAddend: 0,
-      },
-      rules,
-      plan,
-    );
-    const read = peek.counters.map((counter) => ({ ...counter, cost: 0 }));
-    const left = (await store.decide(read, now)).results[0]!.remaining;
-    await store.decide([{ ...peek.counters[0]!, cost: left }], now);
-    await a.report('quota', [usage({ tenant: 'acme' }, 0)]);
-    now = NOW + 61_000;
+    const { a, clock, pushed, fire } = await heldBack();
+    clock.now = NOW + 61_000;
     const [next] = await a.report('quota', [usage({ tenant: 'acme' }, 0)]);
     expect(rateOf(next)).toBeCloseTo(10 * (59.5 / 60), 1);
-    timers[0]!();
-    await new Promise((resolve) => setTimeout(resolve, 10));
+    await fire();
     expect(pushed).toEqual([[]]);
   });
 
