@@ -113,12 +113,20 @@ export interface RlqsRun {
   /** Assignments that changed the bucket's strategy, rather than only extending its TTL. */
   assignmentsChanged?: number;
   reportLatencyP99Ms?: number;
+  /**
+   * RLQS only: ms of tollgate's CPU per 1,000 client requests after the fleet's join (from
+   * JOIN_SECONDS into the run), the requests taken in proportion to the time, as the clients'
+   * demand is even: what a fleet that stays costs, its streams' opening and settling left out.
+   */
+  settledServiceMsPer1000?: number;
 }
 
 export interface RlqsSideSummary {
   side: 'rlqs' | 'classic';
   /** Medians over the rounds. */
   serviceMsPer1000: number;
+  /** RLQS only: after the join (RlqsRun.settledServiceMsPer1000); null for classic checks. */
+  settledServiceMsPer1000: number | null;
   redisMsPer1000: number | null;
   requestsPerSecond: number;
 }
@@ -138,6 +146,7 @@ export interface RlqsTollgate {
 /** This tree's figure over the other revision's: under 1, this tree spends less. */
 export interface RlqsChange {
   serviceMsPer1000: number | null;
+  settledServiceMsPer1000: number | null;
   redisMsPer1000: number | null;
 }
 
@@ -154,6 +163,13 @@ export interface RlqsResults extends RlqsTollgate {
   plan: RlqsPlan;
   against?: RlqsAgainst;
 }
+
+/**
+ * Each RLQS run opens its fleet's streams afresh: their first assignments, and the changes while
+ * the shares settle, come in its first seconds (143 of 146 changes in the first 5 s of a 20 s
+ * run), each followed by a report. The CPU after this is what a fleet that stays costs.
+ */
+const JOIN_SECONDS = 5;
 
 /** The fleet simulator's binary, built once per version of its sources by scripts/rlqs-sim.mjs. */
 export const simulatorBinary = buildRlqsSim;
@@ -231,8 +247,15 @@ async function rlqsRound(
   round: number,
 ): Promise<RlqsRun> {
   const before = cpuOf(service, redis);
+  let joined: { cpu: number; atMs: number } | undefined;
+  const started = performance.now();
+  const join = setTimeout(() => {
+    joined = { cpu: treeCpuSeconds(service.pid), atMs: performance.now() };
+  }, JOIN_SECONDS * 1000);
   const result = await simulate(binary, scenarioOf(service.address, plan, plan.seconds, round));
+  clearTimeout(join);
   const after = cpuOf(service, redis);
+  const endedAt = performance.now();
   const admitted = result.windows.reduce((sum, window) => sum + window.total.admitted, 0);
   const denied = result.windows.reduce((sum, window) => sum + window.total.denied, 0);
   const counts = result.assignmentCounts;
@@ -258,6 +281,14 @@ async function rlqsRound(
       assignments: counts.changed + counts.unchanged + counts.ignored,
       assignmentsChanged: counts.changed,
       reportLatencyP99Ms: result.reports.latencyMs.p99,
+      ...(joined === undefined
+        ? {}
+        : {
+            settledServiceMsPer1000: perThousand(
+              after.service - joined.cpu,
+              ((admitted + denied) * (endedAt - joined.atMs)) / (endedAt - started),
+            ),
+          }),
     },
     before,
     after,
@@ -303,9 +334,13 @@ async function classicRound(
 function summarize(side: RlqsRun['side'], runs: RlqsRun[]): RlqsSideSummary {
   const mine = runs.filter((run) => run.side === side);
   const redis = mine.map((run) => run.redisMsPer1000).filter((v): v is number => v !== null);
+  const settled = mine
+    .map((run) => run.settledServiceMsPer1000)
+    .filter((v): v is number => v !== undefined);
   return {
     side,
     serviceMsPer1000: mine.length ? median(mine.map((run) => run.serviceMsPer1000)) : NaN,
+    settledServiceMsPer1000: settled.length ? median(settled) : null,
     redisMsPer1000: redis.length ? median(redis) : null,
     requestsPerSecond: mine.length ? median(mine.map((run) => run.requests / run.seconds)) : NaN,
   };
@@ -472,6 +507,7 @@ export function ratioOf(mine: number | null, theirs: number | null): number | nu
 function changeOf(mine: RlqsSideSummary, theirs: RlqsSideSummary): RlqsChange {
   return {
     serviceMsPer1000: ratioOf(mine.serviceMsPer1000, theirs.serviceMsPer1000),
+    settledServiceMsPer1000: ratioOf(mine.settledServiceMsPer1000, theirs.settledServiceMsPer1000),
     redisMsPer1000: ratioOf(mine.redisMsPer1000, theirs.redisMsPer1000),
   };
 }
@@ -484,7 +520,7 @@ function againstOf(build: AgainstBuild, tree: RlqsTollgate, theirs: RlqsTollgate
   const times = (value: number | null) => (value === null ? 'n/a' : `${value.toFixed(3)}×`);
   log(
     `rlqs: this tree over ${build.ref}, tollgate CPU per 1,000 requests: ` +
-      `RLQS ${times(treeOverAgainst.rlqs.serviceMsPer1000)}, classic ${times(treeOverAgainst.classic.serviceMsPer1000)}`,
+      `RLQS ${times(treeOverAgainst.rlqs.serviceMsPer1000)} (after the join ${times(treeOverAgainst.rlqs.settledServiceMsPer1000)}), classic ${times(treeOverAgainst.classic.serviceMsPer1000)}`,
   );
   return { ref: build.ref, sha: build.sha, ...theirs, treeOverAgainst };
 }

@@ -21,6 +21,17 @@ function sideRows(
   theirs: RlqsSideSummary,
   change: RlqsChange,
 ): string[] {
+  const settled =
+    mine.settledServiceMsPer1000 === null
+      ? []
+      : [
+          row([
+            `${label}: tollgate CPU per 1,000 requests after the join`,
+            perThousand(mine.settledServiceMsPer1000),
+            perThousand(theirs.settledServiceMsPer1000),
+            times(change.settledServiceMsPer1000),
+          ]),
+        ];
   return [
     row([
       `${label}: tollgate CPU per 1,000 requests`,
@@ -28,6 +39,7 @@ function sideRows(
       perThousand(theirs.serviceMsPer1000),
       times(change.serviceMsPer1000),
     ]),
+    ...settled,
     row([
       `${label}: Redis CPU per 1,000 requests`,
       perThousand(mine.redisMsPer1000),
@@ -95,7 +107,9 @@ export function rlqsAgainstSection(rlqs: RlqsResults): string[] {
       'and load, each side of every round run on both, the first of the two changing every round. ' +
       `Only CACHE_KEY_PREFIX differs (\`${rlqs.service.settings.CACHE_KEY_PREFIX ?? '?'}\` and ` +
       `\`${against.service.settings.CACHE_KEY_PREFIX ?? '?'}\`), so that neither spends the other's counters ` +
-      "or demand pools. The medians of the rounds; under 1× this tree's figure is the lower.",
+      "or demand pools. The medians of the rounds; under 1× this tree's figure is the lower. " +
+      'After the join leaves out the first 5 s of each RLQS run, while its fleet opens its streams ' +
+      'and the shares settle: what a fleet that stays costs.',
     '',
     ...header([
       'figure',

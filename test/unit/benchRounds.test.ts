@@ -4,6 +4,7 @@ import { answeredInTime, answeredLate, GOODPUT_MS, LATE_MS } from '../../bench/g
 import type { RunResult } from '../../bench/measure.js';
 import { makePlan } from '../../bench/plan.js';
 import { rlqsBoundSection, rlqsSection, versusReport } from '../../bench/report.js';
+import { rlqsAgainstSection } from '../../bench/rlqsAgainstReport.js';
 import { rlqsProblems, type RlqsResults, type RlqsRun } from '../../bench/rlqs.js';
 import {
   rlqsBoundMisses,
@@ -446,10 +447,17 @@ describe('the RLQS row', () => {
     plan,
     service: { name: 'tollgate-rlqs', title: 't', settings: { REDIS_TIMEOUT: '100ms' } },
     runs,
-    rlqs: { side: 'rlqs', serviceMsPer1000: 20, redisMsPer1000: 33.3, requestsPerSecond: 1_000 },
+    rlqs: {
+      side: 'rlqs',
+      serviceMsPer1000: 20,
+      settledServiceMsPer1000: 15,
+      redisMsPer1000: 33.3,
+      requestsPerSecond: 1_000,
+    },
     classic: {
       side: 'classic',
       serviceMsPer1000: 500,
+      settledServiceMsPer1000: null,
       redisMsPer1000: 33.3,
       requestsPerSecond: 1_000,
     },
@@ -464,6 +472,26 @@ describe('the RLQS row', () => {
     expect(text).toContain('0.040×');
     expect(text).toContain('`REDIS_TIMEOUT=100ms`');
     expect(text).toContain('70 (10, 20, 40)');
+  });
+
+  it('sets another revision beside this tree, after the join too', () => {
+    const mine = results([run('classic'), run('rlqs')]);
+    const theirs = { ...mine, rlqs: { ...mine.rlqs, settledServiceMsPer1000: 20 } };
+    const against = {
+      ...theirs,
+      service: { ...theirs.service, name: 'tollgate@abc' },
+      ref: 'abc',
+      sha: 'abcdef0123456789',
+      treeOverAgainst: {
+        rlqs: { serviceMsPer1000: 1, settledServiceMsPer1000: 0.75, redisMsPer1000: 1 },
+        classic: { serviceMsPer1000: 1, settledServiceMsPer1000: null, redisMsPer1000: 1 },
+      },
+    };
+    const text = rlqsAgainstSection({ ...mine, against }).join('\n');
+    expect(text).toContain(
+      '| RLQS: tollgate CPU per 1,000 requests after the join | 15.0 ms | 20.0 ms | 0.750× |',
+    );
+    expect(text).not.toContain('classic: tollgate CPU per 1,000 requests after the join');
   });
 
   it('passes a run with a few failed calls, and fails one past 1% or with a side missing', () => {
