@@ -1,7 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
 import type { RateLimitRequestObject } from '@tollgate/client';
-import { startRedis, type TestRedis } from '../support/redis.js';
+import { monitorRedis, startRedis, type TestRedis } from '../support/redis.js';
 import { d, eventually, manualClock, startTollgate, type Tollgate } from '../support/tollgate.js';
 import { raceRules } from '../support/raceRules.js';
 
@@ -113,8 +112,7 @@ describe.each(['fixed_window', 'sliding_window', 'token_bucket'])('%s', (algorit
     }));
     const byCost = new Map(calls.map((call, i) => [String(call.cost), i]));
     const applied: number[] = [];
-    const monitor: Redis = await redis.client.monitor();
-    monitor.on('monitor', (_time: string, args: string[]) => {
+    const monitor = await monitorRedis(redis, (args) => {
       // The calls the service sends, not the commands their scripts run (an HSET may write a
       // count equal to a cost). A call's last appearance is the one Redis ran: a retry follows
       // a failed attempt.
@@ -145,7 +143,7 @@ describe.each(['fixed_window', 'sliding_window', 'token_bucket'])('%s', (algorit
       );
       await eventually(async () => new Set(applied).size === ANY_CALLS, 20_000);
     } finally {
-      monitor.disconnect();
+      monitor.close();
     }
     const last = new Map<number, number>();
     applied.forEach((call, position) => last.set(call, position));

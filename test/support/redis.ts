@@ -1,5 +1,6 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -276,4 +277,42 @@ async function containerRedis(): Promise<TestRedis> {
       await started.stop();
     },
   };
+}
+
+/**
+ * Redis's MONITOR on a plain socket: `onCommand` gets each command Redis runs, its arguments as
+ * they are quoted in the feed (enough for names and numbers; escapes are left as they are).
+ * Not ioredis's monitor(): a feed line that arrives in the same read as MONITOR's +OK, on a busy
+ * server, reaches its command queue before it knows it is monitoring ("Command queue state
+ * error"), which ends the test process.
+ */
+export async function monitorRedis(
+  redis: Pick<TestRedis, 'host' | 'port'>,
+  onCommand: (args: string[]) => void,
+): Promise<{ close(): void }> {
+  const socket = connect(redis.port, redis.host);
+  await new Promise<void>((resolve, reject) => {
+    socket.once('connect', resolve);
+    socket.once('error', reject);
+  });
+  socket.on('error', () => undefined);
+  let pending = '';
+  let started: () => void = () => undefined;
+  const ready = new Promise<void>((resolve) => (started = resolve));
+  socket.on('data', (chunk: Buffer) => {
+    pending += chunk.toString('latin1');
+    let end: number;
+    while ((end = pending.indexOf('\r\n')) >= 0) {
+      const line = pending.slice(0, end);
+      pending = pending.slice(end + 2);
+      if (line === '+OK') started();
+      else if (line.startsWith('+')) {
+        const args = [...line.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((match) => match[1]!);
+        onCommand(args);
+      }
+    }
+  });
+  socket.write('MONITOR\r\n');
+  await ready;
+  return { close: () => socket.destroy() };
 }
