@@ -19,8 +19,9 @@ was written with (a changed limit keeps its whole tokens).
 Consuming takes the cost. Only an overdraw commits a cost that does not fit: the bucket goes
 into debt, at most one burst deep (-B), so that it is full again at most 2B/R after the last
 overdraw; a deep overdraw (`deep`: requests already admitted elsewhere, which must land in full)
-goes up to DEEP_DEBT_MS of refills deeper, full again at most 2B/R plus that after it. Until the debt is paid back by refills or refunds it denies everything, peeks included,
-and remaining reads 0.
+goes up to DEEP_DEBT_MS of refills deeper, full again at most 2B/R plus that after it. Until the
+debt is paid back by refills or refunds it denies everything, peeks included, and remaining
+reads 0.
 
 Reset: allowed, the time until the bucket is full, ceil((B*s - k)/r); denied, the time until
 need tokens are there, ceil((need*s - k)/r).

@@ -109,11 +109,15 @@ interface Held extends DemandMeter {
   heldBack?: HeldBack;
 }
 
-/** A bucket held back to a window's end, and what its last assignment was made from. */
-interface HeldBack {
-  untilMs: number;
+/** What a bucket's last assignment was made from, to make its next when it is resumed. */
+interface HeldFrom {
   prepared: Prepared;
   shares: readonly PoolShare[];
+}
+
+/** A bucket held back to a window's end (wall ms). */
+interface HeldBack extends HeldFrom {
+  untilMs: number;
 }
 
 /** Buckets of a report whose store calls are sent at once. */
@@ -423,33 +427,35 @@ async function leave(
 ): Promise<void> {
   const nowMs = options.clock?.();
   const at = { nowMs, wallMs: nowMs ?? Date.now(), ratePerSecond: 0 };
-  await Promise.all(
-    buckets.flatMap(([name, state]) => [
+  await inParts(buckets, async ([name, state]) => {
+    await Promise.all([
       ...[...state.pools].map((pool) =>
         options.demand.forget(pool, consumerOf(name)).catch(() => {}),
       ),
       releaseReserves(options.store, state.counters, state.reserves, at).catch(() => {}),
-    ]),
-  );
+    ]);
+    return undefined;
+  });
 }
 
 /**
- * A report's buckets answered a part at a time: each store call's deadline starts when it is
- * sent, and a thousand at once would queue on the connection past REDIS_TIMEOUT, and ahead of
- * classic checks.
+ * A stream's buckets' store work a part at a time (a report's, a resumption's, a close's): each
+ * store call's deadline starts when it is sent, and a thousand at once would queue on the
+ * connection past REDIS_TIMEOUT, and ahead of classic checks. Resolves with the results that
+ * are not undefined, in order.
  */
-async function inParts(
-  prepared: readonly Prepared[],
-  answer: (prepared: Prepared) => Promise<BucketAction | undefined>,
-): Promise<BucketAction[]> {
-  const actions: BucketAction[] = [];
-  for (let start = 0; start < prepared.length; start += REPORT_PART) {
-    const part = prepared.slice(start, start + REPORT_PART);
-    for (const action of await Promise.all(part.map(answer))) {
-      if (action !== undefined) actions.push(action);
+async function inParts<T, R>(
+  items: readonly T[],
+  work: (item: T) => Promise<R | undefined>,
+): Promise<R[]> {
+  const results: R[] = [];
+  for (let start = 0; start < items.length; start += REPORT_PART) {
+    const part = items.slice(start, start + REPORT_PART);
+    for (const result of await Promise.all(part.map(work))) {
+      if (result !== undefined) results.push(result);
     }
   }
-  return actions;
+  return results;
 }
 
 /**
@@ -461,7 +467,7 @@ function resumption(
   held: ReadonlyMap<string, Held>,
   monotonic: () => number,
 ): {
-  holdBack(name: string, state: Held, untilMs: number | undefined, from: HeldBack): void;
+  holdBack(name: string, state: Held, untilMs: number | undefined, from: HeldFrom): void;
   close(): void;
 } {
   const resumer = createResumer({
@@ -471,7 +477,7 @@ function resumption(
   });
 
   /** Marks the bucket held back until `untilMs` (none: it is not), to be resumed then. */
-  function holdBack(name: string, state: Held, untilMs: number | undefined, from: HeldBack): void {
+  function holdBack(name: string, state: Held, untilMs: number | undefined, from: HeldFrom): void {
     if (untilMs === undefined || options.push === undefined) {
       state.heldBack = undefined;
       return;
@@ -481,18 +487,15 @@ function resumption(
   }
 
   /** The actions of the buckets held back until `atMs` that no report has answered since. */
-  async function resumeAll(names: readonly string[], atMs: number): Promise<BucketAction[]> {
-    const actions: BucketAction[] = [];
-    for (const name of names) {
+  function resumeAll(names: readonly string[], atMs: number): Promise<BucketAction[]> {
+    return inParts(names, async (name) => {
       const state = held.get(name);
       const back = state?.heldBack;
-      if (state === undefined || back === undefined || back.untilMs !== atMs) continue;
+      if (state === undefined || back === undefined || back.untilMs !== atMs) return undefined;
       state.heldBack = undefined;
       // A store that fails now leaves the bucket to its next report.
-      const action = await resumeOne(name, state, back).catch(() => undefined);
-      if (action !== undefined) actions.push(action);
-    }
-    return actions;
+      return resumeOne(name, state, back).catch(() => undefined);
+    });
   }
 
   /**
@@ -593,7 +596,7 @@ export function createSession(options: SessionOptions): Session {
       wallMs,
     });
     state.strategy = assigned.strategy;
-    holdBack(name, state, assigned.untilMs, { untilMs: 0, prepared, shares });
+    holdBack(name, state, assigned.untilMs, { prepared, shares });
     return { bucket: usage.bucket, kind: 'assign', strategy: state.strategy, ttlMs };
   }
 

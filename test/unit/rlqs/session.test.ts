@@ -81,6 +81,14 @@ function fleet(rules: { current: RuleSet }, overrides: Partial<SessionOptions> =
   return { store, session };
 }
 
+/** The counters a classic check of tenant acme reaches, charging `hitsAddend`. */
+const acmeCounters = (rules: RuleSet, hitsAddend = 0) =>
+  planCheck(
+    { domain: 'quota', descriptors: [{ entries: [{ key: 'tenant', value: 'acme' }] }], hitsAddend },
+    rules,
+    plan,
+  ).counters;
+
 const usage = (bucket: Record<string, string>, allowed: number, denied = 0) => ({
   bucket,
   elapsedMs: 1000,
@@ -109,17 +117,9 @@ describe('an RLQS stream', () => {
     const rules = load(RULES);
     const { session, store } = fleet({ current: rules });
     const a = session('a');
-    const peek = planCheck(
-      {
-        domain: 'quota',
-        descriptors: [{ entries: [{ key: 'tenant', value: 'acme' }] }],
-        hitsAddend: 0,
-      },
-      rules,
-      plan,
-    );
+    const counters = acmeCounters(rules);
     // A cost of 0 reads the counter without consuming.
-    const read = peek.counters.map((counter) => ({ ...counter, cost: 0 }));
+    const read = counters.map((counter) => ({ ...counter, cost: 0 }));
     const left = async () => (await store.decide(read, NOW)).results[0]!.remaining;
     const before = await left();
     await a.report('quota', [usage({ tenant: 'acme' }, 100)]);
@@ -208,20 +208,12 @@ describe('an RLQS stream', () => {
     const [alone] = await a.report('quota', [usage({ tenant: 'acme' }, 1)]);
     // 600 a minute, less half a second of it kept for a bucket that starts full.
     expect(rateOf(alone)).toBeCloseTo(10 * (59.5 / 60), 1);
-    const peek = planCheck(
-      {
-        domain: 'quota',
-        descriptors: [{ entries: [{ key: 'tenant', value: 'acme' }] }],
-        hitsAddend: 0,
-      },
-      rules,
-      plan,
-    );
+    const counters = acmeCounters(rules);
     // Classic checks take all that is left beside what the client was charged ahead: one
     // reporting interval (1 s) at its rate, 9.
-    const read = peek.counters.map((counter) => ({ ...counter, cost: 0 }));
+    const read = counters.map((counter) => ({ ...counter, cost: 0 }));
     const left = (await store.decide(read, now)).results[0]!.remaining;
-    const classic = { ...peek.counters[0]!, cost: left };
+    const classic = { ...counters[0]!, cost: left };
     expect((await store.decide([classic], now)).allowed).toBe(true);
     // The 9 held are the client's, over the 30 s left of the window.
     const [graded] = await a.report('quota', [usage({ tenant: 'acme' }, 0)]);
@@ -245,15 +237,7 @@ describe('an RLQS stream', () => {
   it('gives back what a closed stream held charged ahead', async () => {
     const rules = load(RULES);
     const { session, store } = fleet({ current: rules });
-    const read = planCheck(
-      {
-        domain: 'quota',
-        descriptors: [{ entries: [{ key: 'tenant', value: 'acme' }] }],
-        hitsAddend: 0,
-      },
-      rules,
-      plan,
-    ).counters.map((counter) => ({ ...counter, cost: 0 }));
+    const read = acmeCounters(rules).map((counter) => ({ ...counter, cost: 0 }));
     const a = session('a');
     await a.report('quota', [usage({ tenant: 'acme' }, 100)]);
     // 100 admitted, and 9 charged ahead.
@@ -284,15 +268,7 @@ describe('an RLQS stream', () => {
     );
     const a = session('a');
     await a.report('quota', [usage({ tenant: 'acme' }, 1)]);
-    const [counter] = planCheck(
-      {
-        domain: 'quota',
-        descriptors: [{ entries: [{ key: 'tenant', value: 'acme' }] }],
-        hitsAddend: 0,
-      },
-      rules,
-      plan,
-    ).counters;
+    const [counter] = acmeCounters(rules);
     const left = async () =>
       (await store.decide([{ ...counter!, cost: 0 }], clock.now)).results[0]!.remaining;
     await store.decide([{ ...counter!, cost: await left() }], clock.now);
@@ -404,15 +380,7 @@ describe('an RLQS stream', () => {
     await a.report('quota', [usage({ tenant: 'acme' }, 5)]);
     expect(over).toEqual({ a: 5, b: 30 });
     // A refund of 40 brings the count to 595: of 10 more, 5 pass the limit again.
-    const counter = planCheck(
-      {
-        domain: 'quota',
-        descriptors: [{ entries: [{ key: 'tenant', value: 'acme' }] }],
-        hitsAddend: 40,
-      },
-      rules.current,
-      plan,
-    ).counters.map((check) => ({ ...check, giveBack: true }));
+    const counter = acmeCounters(rules.current, 40).map((check) => ({ ...check, giveBack: true }));
     await one.store.decide(counter, NOW);
     await b.report('quota', [usage({ tenant: 'acme' }, 10)]);
     expect(over).toEqual({ a: 5, b: 35 });
