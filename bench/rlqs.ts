@@ -157,6 +157,37 @@ export interface RlqsAgainst extends RlqsTollgate {
   sha: string;
   /** This tree's CPU per 1,000 requests over the other revision's, per side. */
   treeOverAgainst: { rlqs: RlqsChange; classic: RlqsChange };
+  /**
+   * The same, round by round (`pairedRatios`): each round's run on this tree over the other's
+   * run of the same side in that round, in the rounds' order, and their median.
+   */
+  roundByRound: { rlqs: PairedRatios; settled: PairedRatios; classic: PairedRatios };
+}
+
+/** Ratios of paired runs, in the rounds' order, and their median (null without a pair). */
+export interface PairedRatios {
+  ratios: number[];
+  median: number | null;
+}
+
+/**
+ * This tree's figure over the other revision's, paired round by round: the two run one after the
+ * other in each round, so a round's ratio sees the same load on the machine, which drifts more
+ * between rounds than within one.
+ */
+export function pairedRatios(
+  mine: readonly RlqsRun[],
+  theirs: readonly RlqsRun[],
+  side: RlqsRun['side'],
+  figure: (run: RlqsRun) => number | null | undefined,
+): PairedRatios {
+  const ratios = mine.flatMap((run) => {
+    const other = theirs.find((each) => each.side === side && each.round === run.round);
+    if (run.side !== side || other === undefined) return [];
+    const ratio = ratioOf(figure(run) ?? null, figure(other) ?? null);
+    return ratio === null ? [] : [ratio];
+  });
+  return { ratios, median: ratios.length > 0 ? median(ratios) : null };
 }
 
 export interface RlqsResults extends RlqsTollgate {
@@ -522,7 +553,16 @@ function againstOf(build: AgainstBuild, tree: RlqsTollgate, theirs: RlqsTollgate
     `rlqs: this tree over ${build.ref}, tollgate CPU per 1,000 requests: ` +
       `RLQS ${times(treeOverAgainst.rlqs.serviceMsPer1000)} (after the join ${times(treeOverAgainst.rlqs.settledServiceMsPer1000)}), classic ${times(treeOverAgainst.classic.serviceMsPer1000)}`,
   );
-  return { ref: build.ref, sha: build.sha, ...theirs, treeOverAgainst };
+  const roundByRound = {
+    rlqs: pairedRatios(tree.runs, theirs.runs, 'rlqs', (run) => run.serviceMsPer1000),
+    settled: pairedRatios(tree.runs, theirs.runs, 'rlqs', (run) => run.settledServiceMsPer1000),
+    classic: pairedRatios(tree.runs, theirs.runs, 'classic', (run) => run.serviceMsPer1000),
+  };
+  log(
+    `rlqs: round by round, the median: RLQS ${times(roundByRound.rlqs.median)} ` +
+      `(after the join ${times(roundByRound.settled.median)}), classic ${times(roundByRound.classic.median)}`,
+  );
+  return { ref: build.ref, sha: build.sha, ...theirs, treeOverAgainst, roundByRound };
 }
 
 export async function runRlqs(

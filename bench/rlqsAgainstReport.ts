@@ -1,4 +1,10 @@
-import { ratioOf, type RlqsChange, type RlqsResults, type RlqsSideSummary } from './rlqs.js';
+import {
+  ratioOf,
+  type PairedRatios,
+  type RlqsChange,
+  type RlqsResults,
+  type RlqsSideSummary,
+} from './rlqs.js';
 
 /**
  * The part of the `--rlqs` report that `--against` adds: the other revision's figures beside this
@@ -54,6 +60,10 @@ function sideRows(
     ]),
   ];
 }
+
+/** A row of round-by-round ratios: their median, then each round's. */
+const pairedRow = (label: string, paired: PairedRatios) =>
+  row([label, times(paired.median), paired.ratios.map((each) => each.toFixed(3)).join(', ')]);
 
 /** The other revision's runs, as the tree's are listed above. */
 function runsTable(against: NonNullable<RlqsResults['against']>): string[] {
@@ -131,6 +141,14 @@ export function rlqsAgainstSection(rlqs: RlqsResults): string[] {
       perThousand(against.idleMsPerSecond),
       times(ratioOf(rlqs.idleMsPerSecond, against.idleMsPerSecond)),
     ]),
+    '',
+    `Round by round: each round's run on this tree over ${against.ref}'s run of the same side in that ` +
+      'round, which saw the same load on the machine, and the median of those ratios.',
+    '',
+    ...header(['this tree over ' + against.ref, 'median', 'rounds, in order']),
+    pairedRow('RLQS: tollgate CPU per 1,000 requests', against.roundByRound.rlqs),
+    pairedRow('RLQS: the same after the join', against.roundByRound.settled),
+    pairedRow('classic: tollgate CPU per 1,000 requests', against.roundByRound.classic),
     '',
     `${against.ref}'s runs:`,
     '',

@@ -49,7 +49,7 @@ import { BENCH_NODE, type NodeRuntime } from './services.js';
  * Writes bench/results/NAME.{md,json}: only the comparison with envoyproxy/ratelimit (versus.ts);
  * `--against` adds another revision of tollgate as one more service (against.ts);
  * `--tail-diagnostics` reports the judged tollgate's event loop and GC per tier (tailDiagnostics.ts).
- *   npm run bench -- --rlqs [--quick] [--out NAME] [--env NAME=VALUE] [--against GIT_REF] [--node VERSION]
+ *   npm run bench -- --rlqs [--quick] [--out NAME] [--env NAME=VALUE] [--against GIT_REF] [--rounds N] [--node VERSION]
  * Writes bench/results/NAME.{md,json} (rlqs-MODE by default): only tollgate's CPU per 1,000
  * requests under RLQS against classic checks (rlqs.ts); `--against` runs the same rounds on
  * another revision's tollgate too, and reports both and this tree's over the other's.
@@ -88,6 +88,7 @@ const { values } = parseArgs({
     'tail-diagnostics': { type: 'boolean', default: false },
     scenario: { type: 'string' },
     rps: { type: 'string' },
+    rounds: { type: 'string' },
   },
 });
 const plan = makePlan(values.quick ? 'quick' : 'full');
@@ -103,6 +104,12 @@ if (values.instructions && !values['script-cost']) {
 }
 if (values.against !== undefined && !values.versus && !values.rlqs) {
   throw new Error('--against: only with --versus or --rlqs');
+}
+if (values.rounds !== undefined) {
+  const rounds = Number(values.rounds);
+  if (!values.rlqs) throw new Error('--rounds: only with --rlqs');
+  if (!Number.isInteger(rounds) || rounds < 1) throw new Error('--rounds: a whole number ≥ 1');
+  plan.rlqs.rounds = rounds;
 }
 if (values['tail-diagnostics'] && !values.versus) {
   throw new Error('--tail-diagnostics: only with --versus');
@@ -445,10 +452,12 @@ async function rlqsModeRun<K extends string, R>(options: {
 }
 
 /**
- * `--rlqs [--quick] [--out NAME] [--env NAME=VALUE ...] [--against GIT_REF]`: only the RLQS row,
+ * `--rlqs [--quick] [--out NAME] [--env NAME=VALUE ...] [--against GIT_REF] [--rounds N]`: only
+ * the RLQS row,
  * tollgate's CPU per 1,000 requests under RLQS streams against classic checks, into
  * bench/results/NAME.{md,json} (default rlqs-MODE). With `--against`, another revision's tollgate
- * runs the same rounds beside this tree's, and the report adds its figures and the ratios.
+ * runs the same rounds beside this tree's, and the report adds its figures and the ratios, round
+ * by round too. `--rounds N`: that many rounds rather than the plan's 2.
  */
 function rlqsRun(): Promise<number> {
   const ghz = createGhz(ghzBinary!, repoRoot);

@@ -5,7 +5,7 @@ import type { RunResult } from '../../bench/measure.js';
 import { makePlan } from '../../bench/plan.js';
 import { rlqsBoundSection, rlqsSection, versusReport } from '../../bench/report.js';
 import { rlqsAgainstSection } from '../../bench/rlqsAgainstReport.js';
-import { rlqsProblems, type RlqsResults, type RlqsRun } from '../../bench/rlqs.js';
+import { pairedRatios, rlqsProblems, type RlqsResults, type RlqsRun } from '../../bench/rlqs.js';
 import {
   rlqsBoundMisses,
   rlqsBoundProblems,
@@ -486,12 +486,43 @@ describe('the RLQS row', () => {
         rlqs: { serviceMsPer1000: 1, settledServiceMsPer1000: 0.75, redisMsPer1000: 1 },
         classic: { serviceMsPer1000: 1, settledServiceMsPer1000: null, redisMsPer1000: 1 },
       },
+      roundByRound: {
+        rlqs: { ratios: [1.1, 0.9, 1], median: 1 },
+        settled: { ratios: [], median: null },
+        classic: { ratios: [1], median: 1 },
+      },
     };
     const text = rlqsAgainstSection({ ...mine, against }).join('\n');
     expect(text).toContain(
       '| RLQS: tollgate CPU per 1,000 requests after the join | 15.0 ms | 20.0 ms | 0.750× |',
     );
     expect(text).not.toContain('classic: tollgate CPU per 1,000 requests after the join');
+    expect(text).toContain(
+      '| RLQS: tollgate CPU per 1,000 requests | 1.000× | 1.100, 0.900, 1.000 |',
+    );
+    expect(text).toContain('| RLQS: the same after the join | n/a |  |');
+  });
+
+  it('pairs each round of this tree with the same round of the other revision', () => {
+    const mine = [
+      run('rlqs', { round: 1, serviceMsPer1000: 22 }),
+      run('classic', { round: 1 }),
+      run('rlqs', { round: 2, serviceMsPer1000: 18 }),
+      run('rlqs', { round: 3, serviceMsPer1000: 30 }),
+    ];
+    const theirs = [
+      run('rlqs', { round: 2, serviceMsPer1000: 20 }),
+      run('rlqs', { round: 1, serviceMsPer1000: 20 }),
+      run('classic', { round: 1 }),
+    ];
+    const paired = pairedRatios(mine, theirs, 'rlqs', (each) => each.serviceMsPer1000);
+    // Round 3 has no pair; round 1 is 22 over 20, round 2 18 over 20.
+    expect(paired.ratios.map((each) => each.toFixed(2))).toEqual(['1.10', '0.90']);
+    expect(paired.median).toBeCloseTo(1, 9);
+    expect(pairedRatios(mine, theirs, 'rlqs', (each) => each.settledServiceMsPer1000)).toEqual({
+      ratios: [],
+      median: null,
+    });
   });
 
   it('passes a run with a few failed calls, and fails one past 1% or with a side missing', () => {
