@@ -170,6 +170,7 @@ function loadOptions(): LoadRulesOptions {
   return {
     defaultAlgorithm: settings.defaultAlgorithm,
     mergeDomainConfig: settings.mergeDomainConfig,
+    referenceKeys: settings.referenceKeys,
   };
 }
 

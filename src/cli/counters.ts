@@ -1,6 +1,8 @@
 // `tollgate counters`: reads or resets a descriptor's counter in Redis, keyed as the service keys it.
+import type { Entry } from '../core/check.js';
+import type { Settings } from '../process/settings.js';
 import type { StoreError } from '../core/errors.js';
-import { counterEntries, counterKey } from '../store/keys.js';
+import { counterEntries, counterKey, referenceKey, referenceWindowKey } from '../store/keys.js';
 import { explainMatch, whereIs } from '../rules/explain.js';
 import { matchRule } from '../rules/match.js';
 import { calendarWindowId } from '../rules/calendar.js';
@@ -85,14 +87,7 @@ export const counters: Command = {
       const { reason } = explainMatch(rules, entries);
       throw new CommandError(`${showEntries(entries)} has no counter: ${reason}`);
     }
-    const key = counterKey(
-      settings.cacheKeyPrefix,
-      domain,
-      counterEntries(entries, node),
-      rules.tenantKey,
-      limit.algorithm,
-      limit.calendar ? calendarWindowId(limit.calendar) : limit.windowMs,
-    );
+    const key = keyOf(settings, domain, counterEntries(entries, node), rules.tenantKey, limit);
 
     // A request's bound is too tight for an operator's round trip from elsewhere.
     const redis = { ...settings.redis, timeoutMs: Math.max(settings.redis.timeoutMs, 1_000) };
@@ -121,6 +116,14 @@ export const counters: Command = {
         console.log(`remaining ${capacity} of ${capacity}`);
         return 1;
       }
+      if (settings.referenceKeys) {
+        // A plain count, read as the reference reads it; its window ends on this clock.
+        const count = Number(await store.access.call((redis) => redis.get(key)));
+        const now = Date.now();
+        console.log(`remaining ${Math.max(0, limit.requestsPerUnit - count)} of ${capacity}`);
+        console.log(`reset in ${(limit.windowMs - (now % limit.windowMs)) / 1000}s`);
+        return 0;
+      }
       const decision = await store.decide(
         [peekOf(key, limit)],
         settings.clock === 'local' ? Date.now() : undefined,
@@ -139,4 +142,27 @@ export const counters: Command = {
 /** Cost 0 checks without consuming; the flags stay off, as for a plain enforced counter. */
 function peekOf(key: string, limit: Limit): CounterCheck {
   return { ...newCounter(key, limit, 0, false, false), overdraw: false };
+}
+
+/** The counter's key as the service writes it. */
+function keyOf(
+  settings: Settings,
+  domain: string,
+  entries: readonly Entry[],
+  tenantKey: string | undefined,
+  limit: Limit,
+): string {
+  // COMPAT_KEYS=reference: the reference's key, in the window this instance's clock is in.
+  if (settings.referenceKeys) {
+    const key = referenceKey(settings.cacheKeyPrefix, domain, entries);
+    return referenceWindowKey(key, limit.windowMs, Date.now());
+  }
+  return counterKey(
+    settings.cacheKeyPrefix,
+    domain,
+    entries,
+    tenantKey,
+    limit.algorithm,
+    limit.calendar ? calendarWindowId(limit.calendar) : limit.windowMs,
+  );
 }

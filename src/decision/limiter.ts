@@ -34,7 +34,9 @@ export function createLimiter(options: LimiterOptions): Limiter {
   const { rules, store, clock, failureMode, observe } = options;
   return {
     async decide(check) {
-      const plan = planCheck(check, rules(), policy.plan);
+      // Read once: COMPAT_KEYS=reference's keys name the window of the time the store decides at.
+      const nowMs = clock?.();
+      const plan = planCheck(check, rules(), policy.plan, undefined, nowMs);
       if (plan.counters.length === 0) {
         const decision = answerSettled(plan, policy.answer);
         observe?.(event(check, decision, { unknownDomain: plan.unknownDomain }));
@@ -43,7 +45,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const started = observe ? performance.now() : 0;
       let verdict: StoreDecision;
       try {
-        verdict = await store.decide(plan.counters, clock?.());
+        verdict = await store.decide(plan.counters, nowMs);
       } catch (error) {
         return failed(plan, error, observe ? performance.now() - started : 0);
       }

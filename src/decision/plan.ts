@@ -1,5 +1,5 @@
 import type { Check, Descriptor, DescriptorStatus } from '../core/check.js';
-import { counterEntries, counterKey } from '../store/keys.js';
+import { counterEntries, counterKey, referenceKey, referenceWindowKey } from '../store/keys.js';
 import { costOf, overrideLimit } from './limits.js';
 import { matchRule } from '../rules/match.js';
 import { calendarWindowId } from '../rules/calendar.js';
@@ -48,6 +48,8 @@ export interface PlannedDescriptor {
 
 export interface PlanPolicy {
   keyPrefix: string;
+  /** COMPAT_KEYS=reference: the reference's key of each descriptor and window (keys.ts). */
+  referenceKeys?: boolean;
   defaultAlgorithm: Algorithm;
   counting: CountingPolicy;
   quota: QuotaPolicy;
@@ -58,13 +60,16 @@ const UNLIMITED: DescriptorStatus = Object.freeze({ code: 'OK', limitRemaining: 
 
 /**
  * `matched`: the rule each descriptor matches, when the caller has walked the rules already (an
- * RLQS bucket's path, rlqs/buckets.ts); else each descriptor is matched here.
+ * RLQS bucket's path, rlqs/buckets.ts); else each descriptor is matched here. `nowMs`: the
+ * decision's time, which COMPAT_KEYS=reference's keys name the window of (this process's clock
+ * when absent); tollgate's own keys do not depend on it.
  */
 export function planCheck(
   check: Check,
   ruleSet: RuleSet,
   policy: PlanPolicy,
   matched?: readonly (RuleNode | undefined)[],
+  nowMs?: number,
 ): Plan {
   const descriptors = check.descriptors;
   const settled = new Array<DescriptorStatus | undefined>(descriptors.length);
@@ -107,14 +112,20 @@ export function planCheck(
       override || node === undefined
         ? descriptor.entries
         : counterEntries(descriptor.entries, node);
-    const key = counterKey(
-      policy.keyPrefix,
-      check.domain,
-      entries,
-      domain.tenantKey,
-      limit.algorithm,
-      limit.calendar ? calendarWindowId(limit.calendar) : limit.windowMs,
-    );
+    const key = policy.referenceKeys
+      ? referenceWindowKey(
+          referenceKey(policy.keyPrefix, check.domain, entries),
+          limit.windowMs,
+          nowMs ?? Date.now(),
+        )
+      : counterKey(
+          policy.keyPrefix,
+          check.domain,
+          entries,
+          domain.tenantKey,
+          limit.algorithm,
+          limit.calendar ? calendarWindowId(limit.calendar) : limit.windowMs,
+        );
     const slot = giveBack
       ? counting.addGiveBack(counters, key, limit, cost)
       : counting.add(counters, key, limit, cost, shadow, quota);

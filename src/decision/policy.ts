@@ -37,6 +37,11 @@ export interface ModeOptions {
    */
   referenceCounting?: { stop: boolean };
   /**
+   * COMPAT_KEYS=reference: counters are keyed by the reference's own key for the descriptor
+   * (store/keys.ts's referenceKey), the store adding each window's start.
+   */
+  referenceKeys?: boolean;
+  /**
    * COMPAT_MODE=reference: `duration_until_reset` in whole seconds, rounded up, as the reference
    * answers `W − (now_s mod W)`; tollgate's own default is the exact milliseconds.
    */
@@ -55,6 +60,7 @@ export function choosePolicy(options: ModeOptions): DecisionPolicy {
   return {
     plan: {
       keyPrefix: options.keyPrefix,
+      referenceKeys: options.referenceKeys === true,
       defaultAlgorithm: options.defaultAlgorithm,
       counting,
       quota: options.quotaMode === true ? globalQuota : ruleQuota,

@@ -199,6 +199,7 @@ function modeOptions(settings: Settings) {
     referenceHeaders: settings.limitHeaders.enabled ? settings.limitHeaders : undefined,
     nearLimitRatio: settings.metrics.nearLimitRatio,
     referenceCounting: reference ? { stop: settings.stopIncrementWhenOverLimit } : undefined,
+    referenceKeys: settings.referenceKeys !== undefined,
     wholeSecondResets: reference,
   };
 }

@@ -93,6 +93,11 @@ export interface Settings {
   compatMode: 'off' | 'reference';
   /** STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, read under COMPAT_MODE=reference. */
   stopIncrementWhenOverLimit: boolean;
+  /**
+   * COMPAT_KEYS=reference (with COMPAT_MODE=reference): the counters are the reference's own
+   * keys and counts, shared with it during a cut-over (docs/migration.md); undefined otherwise.
+   */
+  referenceKeys: ReferenceKeysSettings | undefined;
   /** The reference's statsd output; undefined unless USE_STATSD=true. */
   statsd: StatsdSettings | undefined;
   /** A listener of its own for the metrics (PROMETHEUS_ADDR), besides the HTTP port's /metrics. */
@@ -101,6 +106,12 @@ export interface Settings {
   rlconfig: RlconfigSettings;
   /** Envoy's Rate Limit Quota Service on the gRPC port; undefined when RLQS_ENABLED=false. */
   rlqs: RlqsSettings | undefined;
+}
+
+/** COMPAT_KEYS=reference: how the reference's keys expire. */
+export interface ReferenceKeysSettings {
+  /** EXPIRATION_JITTER_MAX_SECONDS: each write's TTL is the window plus up to this, at random. */
+  jitterMaxSeconds: number;
 }
 
 // Each part declares the settings it reads; these are here so that every setting can be found
@@ -128,6 +139,7 @@ export const SETTING_NAMES = [
   'CACHE_KEY_PREFIX',
   'CLOCK',
   'CLOCK_SKEW_TOLERANCE',
+  'COMPAT_KEYS',
   'COMPAT_MODE',
   'CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS',
   'CONFIG_GRPC_XDS_CLIENT_TLS_CERT',
@@ -146,6 +158,7 @@ export const SETTING_NAMES = [
   'DEBUG_HOST',
   'DEBUG_PORT',
   'DEFAULT_ALGORITHM',
+  'EXPIRATION_JITTER_MAX_SECONDS',
   'EXTRA_TAGS',
   'FAILURE_MODE',
   'FORCE_START_WITHOUT_INITIAL_CONFIG',
@@ -199,6 +212,7 @@ export const SETTING_NAMES = [
   'REDIS_BATCH_LIMIT',
   'REDIS_BATCH_WINDOW',
   'REDIS_FUNCTIONS',
+  'REDIS_PERSECOND',
   'REDIS_SOCKET_TYPE',
   'REDIS_TIMEOUT',
   'REDIS_TLS',
@@ -276,12 +290,52 @@ function readAll(env: Env): Settings {
     ...readObservability(env),
     rlqs: readRlqs(env),
     compatMode,
+    referenceKeys: undefined,
   };
   if (settings.workers > 1 && !settings.redis) {
     throw new SettingsError('WORKERS: more than 1 needs REDIS_URL, since workers share no memory');
   }
   refuseWhatTollgateLacks(env, settings.redis);
-  return settings;
+  return readReferenceKeys(env, settings);
+}
+
+/**
+ * COMPAT_KEYS=reference: the reference's counters, shared with it. They are windows on the
+ * instance's clock, the reference's units only, in the one Redis of REDIS_URL; every setting
+ * that would count elsewhere or otherwise is refused rather than quietly split the counts.
+ */
+function readReferenceKeys(env: Env, settings: Settings): Settings {
+  const keys = oneOf(env, 'COMPAT_KEYS', ['tollgate', 'reference'] as const, 'tollgate');
+  if (keys === 'tollgate') return settings;
+  const refuse = (why: string) => {
+    throw new SettingsError(`COMPAT_KEYS=reference: ${why}`);
+  };
+  if (settings.compatMode !== 'reference') refuse('needs COMPAT_MODE=reference');
+  if (settings.redis === undefined)
+    refuse("needs REDIS_URL: the counters are the reference's, in Redis");
+  if (env.CLOCK === 'redis') {
+    refuse(
+      "needs CLOCK=local (its default here): the reference's windows follow the instance's clock",
+    );
+  }
+  if (settings.defaultAlgorithm !== 'fixed_window') {
+    refuse(`counts fixed windows only, not DEFAULT_ALGORITHM=${settings.defaultAlgorithm}`);
+  }
+  if (boolean(env, 'REDIS_PERSECOND', false)) {
+    refuse("per-second limits would count in REDIS_URL's Redis, not REDIS_PERSECOND_URL's");
+  }
+  if (settings.rlqs !== undefined && env.RLQS_ENABLED !== undefined) {
+    refuse("RLQS charges tollgate's own counters: set RLQS_ENABLED=false, or leave it unset");
+  }
+  return {
+    ...settings,
+    clock: 'local',
+    // The reference serves no quota streams: off unless asked for, and asking is refused above.
+    rlqs: undefined,
+    referenceKeys: {
+      jitterMaxSeconds: integer(env, 'EXPIRATION_JITTER_MAX_SECONDS', 300, 0, 86_400),
+    },
+  };
 }
 
 /**

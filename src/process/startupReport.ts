@@ -63,8 +63,8 @@ const REFERENCE_ONLY: readonly [RegExp, string, Harmless?][] = [
   [/^REDIS_(SENTINEL_AUTH|HEALTH_CHECK_ACTIVE_CONNECTION|STARTUP_.*)$/, 'not used by tollgate'],
   [
     /^EXPIRATION_JITTER_MAX_SECONDS$/,
-    'counters expire exactly when they stop mattering',
-    (value) => value === '0',
+    'counters expire exactly when they stop mattering (but under COMPAT_KEYS=reference)',
+    (value, settings) => value === '0' || settings.referenceKeys !== undefined,
   ],
   [/^USE_DOG_STATSD_MOGRIFIERS$/, 'read only with USE_DOG_STATSD, which tollgate refuses'],
   [
@@ -235,6 +235,13 @@ export function listeningReport(
     failureMode: settings.failureMode,
     ...(settings.redis ? { redisTimeoutMs: settings.redis.timeoutMs } : {}),
     compatMode: settings.compatMode,
+    ...(settings.referenceKeys
+      ? {
+          compatKeys:
+            "reference: the reference's own counters, shared with it (one call per key, windows " +
+            "on this instance's clock, keys outside tg:*); see docs/migration.md",
+        }
+      : {}),
     // The reference sends statsd unless told not to; tollgate only when asked.
     statsd: settings.statsd
       ? `${settings.statsd.protocol}://${settings.statsd.host}:${settings.statsd.port}`

@@ -257,6 +257,7 @@ function checkRulesOnce(settings: Settings): void {
   loadRules(settings.configPath, {
     defaultAlgorithm: settings.defaultAlgorithm,
     mergeDomainConfig: settings.mergeDomainConfig,
+    referenceKeys: settings.referenceKeys,
   });
 }
 

@@ -42,7 +42,15 @@ import {
 export interface ParseRulesOptions {
   /** The algorithm of a rate_limit without `algorithm`. */
   defaultAlgorithm: Algorithm;
+  /**
+   * COMPAT_KEYS=reference's settings, when it is on: the counters are the reference's own keys,
+   * so a limit may ask only for what those count, a fixed window of one of its units.
+   */
+  referenceKeys?: object | undefined;
 }
+
+/** What the reference's counters cannot count, refused under COMPAT_KEYS=reference. */
+const NOT_REFERENCE_KEYS = ['window', 'algorithm', 'burst', 'overdraw', 'calendar', 'time_zone'];
 
 const TOP_KEYS = ['domain', 'tenant_key', 'descriptors'];
 /** Flags that may stand on the descriptor or inside its rate_limit, with the same meaning. */
@@ -115,6 +123,16 @@ interface RateLimitBlock {
 
 function parseLimit(ctx: Context, f: Fields, path: string): RateLimitBlock {
   const at = (key: string): string => join(path, key);
+  if (ctx.options.referenceKeys !== undefined) {
+    const foreign = NOT_REFERENCE_KEYS.find((key) => f.has(key));
+    if (foreign !== undefined) {
+      fail(
+        ctx,
+        at(foreign),
+        "is not counted by the reference's keys (COMPAT_KEYS=reference): a limit there is a fixed window of a unit",
+      );
+    }
+  }
   const name = f.has('name') ? str(ctx, f.get('name'), at('name')) : '';
   const replaces = f.has('replaces')
     ? parseReplaces(ctx, f.get('replaces'), at('replaces'), name)

@@ -70,6 +70,7 @@ export function createRulesSource(
   const loadOptions: LoadRulesOptions = {
     defaultAlgorithm: settings.defaultAlgorithm,
     mergeDomainConfig: settings.mergeDomainConfig,
+    referenceKeys: settings.referenceKeys,
   };
   const state: SourceState = {
     rules: undefined,

@@ -89,6 +89,28 @@ function short(text: string): string {
 }
 
 /**
+ * COMPAT_KEYS=reference: envoyproxy/ratelimit's own key for a descriptor, less its window: the
+ * prefix as given, the domain, then each entry's key and value, each followed by `_`; then the
+ * window's start, in whole seconds of the instance's clock (`referenceWindowKey`). As
+ * in the reference, nothing is escaped, so descriptors whose parts hold `_` may share a key, and
+ * nothing is hashed: a key is as long as the request's values (MAX_ENTRY_BYTES bounds them).
+ * The window is in the key (`referenceWindowKey`), so that the caches in front of the store,
+ * keyed by it, keep a descriptor's windows of different units apart, as the reference's does.
+ */
+export function referenceKey(prefix: string, domain: string, entries: readonly Entry[]): string {
+  let key = `${prefix}${domain}_`;
+  for (const entry of entries) key += `${entry.key}_${entry.value}_`;
+  return key;
+}
+
+/** A reference key (`referenceKey`) with the start of the window holding `nowMs`, in seconds. */
+export function referenceWindowKey(key: string, windowMs: number, nowMs: number): string {
+  const seconds = Math.floor(nowMs / 1000);
+  const window = windowMs / 1000;
+  return `${key}${seconds - (seconds % window)}`;
+}
+
+/**
  * The entries a counter is keyed by: the request's, except at levels matched by a
  * `share_threshold` wildcard, where every matching value shares the pattern's counter.
  */

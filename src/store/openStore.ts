@@ -3,6 +3,7 @@ import type { LocalCacheStats } from './overLimitCache.js';
 import { withLocalCache, withOverLimitCache } from './cachedStore.js';
 import { createMemoryStore } from './memoryStore.js';
 import { createRedisStore, type RedisAccess } from './redisStore.js';
+import { createReferenceKeyStore } from './referenceKeyStore.js';
 import type { CodePath, FunctionsSetting } from './functions.js';
 import type { RedisSettings } from './redisSettings.js';
 import type { Store } from './Store.js';
@@ -49,6 +50,8 @@ export interface StoreSettings {
   cacheKeyPrefix: string;
   overLimitCacheSize: number;
   compatMode: 'off' | 'reference';
+  /** COMPAT_KEYS=reference: the reference's own counters (referenceKeyStore.ts). */
+  referenceKeys: { jitterMaxSeconds: number } | undefined;
 }
 
 export interface OpenStoreOptions {
@@ -81,7 +84,14 @@ export function openStore(settings: StoreSettings, options: OpenStoreOptions): O
         onPath: (path) => logPath(logger, path, settings.redisFunctions),
       })
     : undefined;
-  const backend: Store = redisStore ?? createMemoryStore({ clock });
+  const backend: Store =
+    redisStore && settings.referenceKeys
+      ? createReferenceKeyStore({
+          redis: redisStore,
+          jitterMaxSeconds: settings.referenceKeys.jitterMaxSeconds,
+          probeKey: `${settings.cacheKeyPrefix}tollgate-probe`,
+        })
+      : (redisStore ?? createMemoryStore({ clock }));
   const redis = redisStore?.access;
   let coherence: Coherence = SINGLE_PROCESS;
   const firstConnection = async () => {
@@ -90,7 +100,8 @@ export function openStore(settings: StoreSettings, options: OpenStoreOptions): O
     // is safe, but a service that serves from the first request with its cache on is expected.
     await coherence.firstLive(FIRST_SUBSCRIPTION_MS);
   };
-  const codePath = () => redisStore?.codePath();
+  // The reference's keys take plain commands, neither functions nor scripts.
+  const codePath = () => (settings.referenceKeys ? undefined : redisStore?.codePath());
   const openDemand = (demandOptions: DemandOptions): DemandStore =>
     redis ? createRedisDemand(redis, demandOptions) : createMemoryDemand(demandOptions, clock);
   const opened = { openDemand, firstConnection, codePath };

@@ -38,6 +38,11 @@ export interface Pair {
    * everything after it as no key would.
    */
   counts(): Promise<{ reference: number[]; tollgate: number[] }>;
+  /**
+   * Every key of each Redis with its value, health probes left out: with COMPAT_KEYS=reference
+   * both services write the reference's own keys, so the two must be the same, key for key.
+   */
+  keys(): Promise<{ reference: Record<string, string>; tollgate: Record<string, string> }>;
   stop(): Promise<void>;
 }
 
@@ -123,6 +128,19 @@ export async function startPair(
       ]);
       return { reference: gauges(ref), tollgate: gauges(own) };
     },
+    async keys() {
+      const read = async (client: Redis) => {
+        const keys = (await client.keys('*')).filter((key) => !isProbeKey(key)).sort();
+        const plain = keys.filter((key) => key !== 'tollgate-probe');
+        const values = await Promise.all(plain.map((key) => client.get(key)));
+        return Object.fromEntries(plain.map((key, i) => [key, values[i] ?? '']));
+      };
+      const [theirs, ours] = await Promise.all([
+        read(referenceRedis.client),
+        read(tollgateRedis.client),
+      ]);
+      return { reference: theirs, tollgate: ours };
+    },
     async counts() {
       const read = async (client: Redis, field: boolean) => {
         const keys = (await client.keys('*')).filter((key) => !isProbeKey(key));
@@ -136,7 +154,8 @@ export async function startPair(
       };
       const [theirs, ours] = await Promise.all([
         read(referenceRedis.client, false),
-        read(tollgateRedis.client, true),
+        // COMPAT_KEYS=reference: tollgate's counts are plain, as the reference's are.
+        read(tollgateRedis.client, env.COMPAT_KEYS !== 'reference'),
       ]);
       return { reference: theirs, tollgate: ours };
     },

@@ -102,12 +102,19 @@ afterEach(async () => {
   pair = undefined;
 });
 
-/** Runs `runs` random sequences on the pair, each from empty counters; then compares statistics. */
-async function randomSequences(p: Pair, runs: number): Promise<void> {
+/**
+ * Runs `runs` random sequences on the pair, each from empty counters; then compares statistics.
+ * `sameKeys` (COMPAT_KEYS=reference): after each sequence, both Redis hold the same keys, each
+ * with the same count.
+ */
+async function randomSequences(p: Pair, runs: number, sameKeys = false): Promise<void> {
   await fc.assert(
     fc.asyncProperty(fc.array(request, { minLength: 5, maxLength: 30 }), async (sequence) => {
       await p.flush();
       for (const r of sequence) await p.check(r);
+      if (!sameKeys) return;
+      const { reference, tollgate } = await p.keys();
+      expect(tollgate).toEqual(reference);
     }),
     // A failure is reported as found: shrinking would replay hundreds of sequences.
     { numRuns: runs, endOnFailure: true },
@@ -149,6 +156,25 @@ describe('random sequences, against the reference', () => {
       },
     );
     await randomSequences(pair, 60);
+  });
+});
+
+describe("random sequences on the reference's own keys (COMPAT_KEYS=reference)", () => {
+  // The same keys, counts and expiries as the reference's: its stop mode, its local cache and the
+  // callers' limit overrides included.
+  it.each([
+    ['default counting', {}],
+    [
+      'STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT',
+      { STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true' },
+    ],
+    [
+      'the local cache and STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT',
+      { LOCAL_CACHE_SIZE_IN_BYTES: '1048576', STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true' },
+    ],
+  ])('answer alike and write alike, key for key (%s)', async (_name, env) => {
+    pair = await startPair({ 'random.yaml': RULES }, { COMPAT_KEYS: 'reference', ...env });
+    await randomSequences(pair, 60, true);
   });
 });
 

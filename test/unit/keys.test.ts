@@ -4,7 +4,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { Entry } from '../../src/core/check.js';
-import { counterKey, tenantIndex } from '../../src/store/keys.js';
+import { counterKey, referenceKey, referenceWindowKey, tenantIndex } from '../../src/store/keys.js';
 import type { Algorithm } from '../../src/rules/types.js';
 
 /** What Redis Cluster hashes: the text between the first '{' and the next '}'. */
@@ -245,5 +245,38 @@ describe('counterKey with long values', () => {
       31_536_000_000,
     );
     expect(key).toMatch(/^edge1:tg:\{#[A-Za-z0-9_-]{22}\}0\|#[A-Za-z0-9_-]{22}\|sw:31536000000$/);
+  });
+});
+
+describe("referenceKey: envoyproxy/ratelimit's own key (COMPAT_KEYS=reference)", () => {
+  const entries: Entry[] = [
+    { key: 'tenant', value: 'acme' },
+    { key: 'path', value: 'api/*' },
+  ];
+
+  it('joins the prefix, domain, keys and values with _, then the window start in seconds', () => {
+    const key = referenceKey('edge-', 'web', entries);
+    expect(key).toBe('edge-web_tenant_acme_path_api/*_');
+    // 2026-12-05T10:17:42.500Z: the hour began at 10:00, the day at midnight, a 30-day month
+    // and a 365-day year at their multiples since the epoch.
+    const now = Date.UTC(2026, 11, 5, 10, 17, 42, 500);
+    const seconds = (ms: number) => Math.floor(ms / 1000);
+    expect(referenceWindowKey(key, 1_000, now)).toBe(`${key}${seconds(now)}`);
+    expect(referenceWindowKey(key, 3_600_000, now)).toBe(
+      `${key}${seconds(Date.UTC(2026, 11, 5, 10))}`,
+    );
+    expect(referenceWindowKey(key, 86_400_000, now)).toBe(
+      `${key}${seconds(Date.UTC(2026, 11, 5))}`,
+    );
+    const month = 2_592_000;
+    expect(referenceWindowKey(key, month * 1000, now)).toBe(
+      `${key}${seconds(now) - (seconds(now) % month)}`,
+    );
+  });
+
+  it('escapes nothing, as the reference does: such descriptors share a key', () => {
+    expect(referenceKey('', 'd', [{ key: 'a_b', value: 'c' }])).toBe(
+      referenceKey('', 'd', [{ key: 'a', value: 'b_c' }]),
+    );
   });
 });

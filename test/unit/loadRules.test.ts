@@ -436,3 +436,45 @@ describe('loadRules: replaces are scoped to their domain', () => {
     );
   });
 });
+
+describe("loadRules: COMPAT_KEYS=reference, limits the reference's keys count", () => {
+  const shared = { defaultAlgorithm: 'fixed_window', referenceKeys: {} } as const;
+  const write = (yaml: string) => {
+    const dir = mkdtempSync(join(tmpdir(), 'tollgate-reference-keys-'));
+    writeFileSync(join(dir, 'shared.yaml'), yaml);
+    return join(dir, 'shared.yaml');
+  };
+
+  it('loads fixed windows of units, with the flags the reference has', () => {
+    const file = write(`
+domain: d
+descriptors:
+  - key: a
+    shadow_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 5, name: a }
+  - key: b
+    rate_limit: { unlimited: true, replaces: [{ name: a }] }
+`);
+    expect(loadRules(file, shared).domains.get('d')).toBeDefined();
+  });
+
+  it.each([
+    ['window', 'window: 30s'],
+    ['algorithm', 'unit: minute, algorithm: token_bucket'],
+    ['overdraw', 'unit: minute, overdraw: true'],
+    ['calendar', 'calendar: month'],
+  ])('refuses %s, naming the file, the path and the key', (key, fields) => {
+    const file = write(`
+domain: d
+descriptors:
+  - key: a
+    rate_limit: { requests_per_unit: 5, ${fields} }
+`);
+    expect(messageOf(() => loadRules(file, shared))).toBe(
+      `shared.yaml: descriptors[0].rate_limit.${key}: is not counted by the reference's keys ` +
+        '(COMPAT_KEYS=reference): a limit there is a fixed window of a unit',
+    );
+    // The same file loads on tollgate's own counters.
+    expect(() => loadRules(file, { defaultAlgorithm: 'fixed_window' })).not.toThrow();
+  });
+});

@@ -617,6 +617,37 @@ describe('COMPAT_MODE=reference', () => {
   });
 });
 
+describe('COMPAT_KEYS=reference', () => {
+  const shared = { COMPAT_MODE: 'reference', COMPAT_KEYS: 'reference', REDIS_URL: 'cache:6379' };
+
+  it("counts on the reference's keys, on this instance's clock, with its jitter and without RLQS", () => {
+    expect(readSettings(shared)).toMatchObject({
+      clock: 'local',
+      rlqs: undefined,
+      referenceKeys: { jitterMaxSeconds: 300 },
+    });
+    expect(
+      readSettings({ ...shared, EXPIRATION_JITTER_MAX_SECONDS: '0', RLQS_ENABLED: 'false' }),
+    ).toMatchObject({ referenceKeys: { jitterMaxSeconds: 0 } });
+    expect(readSettings({ COMPAT_MODE: 'reference' }).referenceKeys).toBeUndefined();
+  });
+
+  it('refuses, naming why, whatever would count elsewhere or otherwise than the reference', () => {
+    const refusals: [Record<string, string>, RegExp][] = [
+      [{ COMPAT_KEYS: 'reference', REDIS_URL: 'cache:6379' }, /needs COMPAT_MODE=reference/],
+      [{ COMPAT_MODE: 'reference', COMPAT_KEYS: 'reference' }, /needs REDIS_URL/],
+      [{ ...shared, CLOCK: 'redis' }, /needs CLOCK=local/],
+      [{ ...shared, DEFAULT_ALGORITHM: 'token_bucket' }, /fixed windows only/],
+      [{ ...shared, REDIS_PERSECOND: 'true' }, /REDIS_PERSECOND_URL/],
+      [{ ...shared, RLQS_ENABLED: 'true' }, /RLQS charges tollgate's own counters/],
+      [{ ...shared, COMPAT_KEYS: 'go' }, /^COMPAT_KEYS: 'go'/],
+    ];
+    for (const [env, message] of refusals) {
+      expect(failure(env).message, JSON.stringify(env)).toMatch(message);
+    }
+  });
+});
+
 describe('statsd settings', () => {
   it('are off unless USE_STATSD=true, with the reference defaults otherwise', () => {
     expect(readSettings({}).statsd).toBeUndefined();
