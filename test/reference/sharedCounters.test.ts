@@ -3,6 +3,7 @@
 // counts stay exact: every answer is the one a single service would have given (the local caches
 // off, default counting), on a single Redis and on Redis Cluster. With the reference's change
 // that adds refunds built (see refunds.test.ts), a refund through either counts for both.
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -87,6 +88,9 @@ function redisCluster(): Backend {
 interface Services {
   reference: ReferenceProcess;
   tollgate: TollgateProcess;
+  /** The rules directory, and the settings tollgate runs with. */
+  rulesDir: string;
+  env: Record<string, string>;
 }
 
 async function startServices(
@@ -96,6 +100,7 @@ async function startServices(
   const { referenceEnv, tollgateEnv } = await backend.start();
   const rulesDir = mkdtempSync(join(tmpdir(), 'tollgate-shared-'));
   writeFileSync(join(rulesDir, 'cutover.yaml'), RULES);
+  const env = { COMPAT_MODE: 'reference', COMPAT_KEYS: 'reference', ...tollgateEnv };
   const [reference, tollgate] = await Promise.all([
     startReference(
       { 'cutover.yaml': RULES },
@@ -103,15 +108,9 @@ async function startServices(
       referenceEnv,
       referenceBinary,
     ),
-    spawnTollgate('', {
-      CONFIG_PATH: rulesDir,
-      COMPAT_MODE: 'reference',
-      COMPAT_KEYS: 'reference',
-      REDIS_TIMEOUT: '2s',
-      ...tollgateEnv,
-    }),
+    spawnTollgate('', { CONFIG_PATH: rulesDir, REDIS_TIMEOUT: '2s', ...env }),
   ]);
-  return { reference, tollgate, redis: backend.client() };
+  return { reference, tollgate, rulesDir, env, redis: backend.client() };
 }
 
 const ask = (client: RateLimitClient, key: string, value: string, hits?: number, refund = false) =>
@@ -210,6 +209,14 @@ describe.each([
   }, 60_000);
 
   it(`${backend.name}: the cut-over runbook, reference, both, tollgate, reference again, stays exact`, async () => {
+    // Before: the reference's rules files pass check-config in the instances' environment.
+    const checked = spawnSync(
+      process.execPath,
+      ['dist/cli/main.js', 'check-config', services.rulesDir],
+      { env: { ...process.env, ...services.env }, encoding: 'utf8' },
+    );
+    expect(checked.stderr).toBe('');
+    expect(checked.status).toBe(0);
     await clearOfDayEnd();
     const phase = (calls: number, via: (i: number) => 'reference' | 'tollgate') =>
       together(services, 'runbook', calls, via);
