@@ -63,7 +63,7 @@ const REFERENCE_ONLY: readonly [RegExp, string, Harmless?][] = [
   [/^REDIS_(SENTINEL_AUTH|HEALTH_CHECK_ACTIVE_CONNECTION|STARTUP_.*)$/, 'not used by tollgate'],
   [
     /^EXPIRATION_JITTER_MAX_SECONDS$/,
-    'counters expire exactly when they stop mattering (but under COMPAT_KEYS=reference)',
+    'counters expire exactly when they stop mattering',
     (value, settings) => value === '0' || settings.referenceKeys !== undefined,
   ],
   [/^USE_DOG_STATSD_MOGRIFIERS$/, 'read only with USE_DOG_STATSD, which tollgate refuses'],
@@ -234,6 +234,14 @@ export function listeningReport(
     },
     failureMode: settings.failureMode,
     ...(settings.redis ? { redisTimeoutMs: settings.redis.timeoutMs } : {}),
+    // A cut-over keeps the reference's environment, whose REDIS_TIMEOUT default is 10 s.
+    ...(settings.redis && settings.compatMode === 'reference'
+      ? {
+          redisTimeout:
+            `${settings.redis.timeoutMs}ms: a Redis call that takes longer answers per FAILURE_MODE ` +
+            "(the reference's default is 10s, past Envoy's 20 ms timeout; see docs/migration.md)",
+        }
+      : {}),
     compatMode: settings.compatMode,
     ...(settings.referenceKeys
       ? {

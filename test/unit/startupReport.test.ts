@@ -5,7 +5,7 @@ import { SettingsError } from '../../src/core/errors.js';
 import { checkNodeLine, parseEngines, supportedNodeLines } from '../../src/core/nodeLines.js';
 import { editDistance, likelySetting } from '../../src/process/settingNames.js';
 import { readSettings } from '../../src/process/settings.js';
-import { startupWarnings } from '../../src/process/startupReport.js';
+import { listeningReport, startupWarnings } from '../../src/process/startupReport.js';
 import { ENVOY_GATEWAY_ENV } from '../support/envoyGateway.js';
 
 const SUPPORTED = '24.22.3';
@@ -162,5 +162,32 @@ describe('likely settings', () => {
     expect(likelySetting('GRPC_PROT')).toBe('GRPC_PORT');
     expect(likelySetting('HOME')).toBeUndefined();
     expect(likelySetting('REDIS_PASSWORD')).toBeUndefined();
+  });
+});
+
+describe('the start-up report', () => {
+  const report = (env: Record<string, string>) =>
+    listeningReport(
+      readSettings(env),
+      { grpcPort: 8081, httpPort: 8080 },
+      { source: 'rules.yaml', loaded: undefined },
+    );
+
+  it("names the effective REDIS_TIMEOUT under COMPAT_MODE=reference, against the reference's 10s", () => {
+    expect(report({ COMPAT_MODE: 'reference', REDIS_URL: 'cache:6379' })).toMatchObject({
+      redisTimeoutMs: 15,
+      redisTimeout:
+        "15ms: a Redis call that takes longer answers per FAILURE_MODE (the reference's default " +
+        "is 10s, past Envoy's 20 ms timeout; see docs/migration.md)",
+    });
+    expect(report({ REDIS_URL: 'cache:6379' })).not.toHaveProperty('redisTimeout');
+  });
+
+  it("says when the counters are the reference's own (COMPAT_KEYS=reference)", () => {
+    const shared = { COMPAT_MODE: 'reference', COMPAT_KEYS: 'reference', REDIS_URL: 'cache:6379' };
+    expect(report(shared).compatKeys).toMatch(/^reference: the reference's own counters/);
+    expect(report({ COMPAT_MODE: 'reference', REDIS_URL: 'cache:6379' })).not.toHaveProperty(
+      'compatKeys',
+    );
   });
 });
