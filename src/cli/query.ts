@@ -1,19 +1,28 @@
 // `tollgate query`: asks a running tollgate for a decision over gRPC, and prints it.
 import type { DescriptorStatus } from '../core/check.js';
-import { createTollgateClient, type CheckResult } from '@tollgate/client';
+import { readFileSync } from 'node:fs';
+import {
+  createTollgateClient,
+  type CheckResult,
+  type TollgateClientOptions,
+} from '@tollgate/client';
+import type { Settings } from '../process/settings.js';
 import {
   CommandError,
   DESCRIPTOR_HELP,
+  environment,
   parse,
   parseDescriptor,
   required,
   showEntries,
+  UsageError,
   wholeNumber,
   type Command,
 } from './args.js';
 
-const usage = `Usage: tollgate query --addr HOST:PORT --domain DOMAIN --descriptor K=V[,K=V...]
+const usage = `Usage: tollgate query [--addr HOST:PORT] --domain DOMAIN --descriptor K=V[,K=V...]
                       [--descriptor ...] [--hits N] [--refund] [--json]
+                      [--tls] [--ca FILE] [--cert FILE --key FILE] [--server-name NAME]
 
 Asks a running tollgate for a decision, as Envoy would, and prints it: the overall code, then
 each descriptor's code, limit, remaining units and time until reset, then the response headers.
@@ -22,8 +31,21 @@ The check consumes, like any other; with --refund it gives the cost back instead
 
 ${DESCRIPTOR_HELP}
 
+With the service's own settings in the environment (inside its container, say), it calls that
+service as a client should: at GRPC_HOST:GRPC_PORT, over TLS when GRPC_SERVER_USE_TLS=true,
+trusting GRPC_CLIENT_TLS_CACERT's CA for the server's certificate, and, when the service asks
+for client certificates (GRPC_CLIENT_TLS_CACERT is set), presenting GRPC_SERVER_TLS_CERT and
+GRPC_SERVER_TLS_KEY. The options below override each of these.
+
 Options:
-  --addr HOST:PORT      tollgate's gRPC address (plaintext)
+  --addr HOST:PORT      tollgate's gRPC address; default GRPC_HOST:GRPC_PORT (127.0.0.1 for
+                        0.0.0.0)
+  --tls                 TLS, even without GRPC_SERVER_USE_TLS=true
+  --ca FILE             the CA that signed the server's certificate; default
+                        GRPC_CLIENT_TLS_CACERT, else the system's
+  --cert FILE, --key FILE
+                        a client certificate and its key, for mutual TLS
+  --server-name NAME    the name the server's certificate must carry, when not the address's
   --domain DOMAIN       the rules' domain
   --descriptor K=V,...  a descriptor; repeat for several
   --hits N              the request's cost (hits_addend), 0 to 4294967295; default 1
@@ -50,6 +72,11 @@ export const query: Command = {
         hits: { type: 'string' },
         refund: { type: 'boolean' },
         json: { type: 'boolean' },
+        tls: { type: 'boolean' },
+        ca: { type: 'string' },
+        cert: { type: 'string' },
+        key: { type: 'string' },
+        'server-name': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -57,13 +84,15 @@ export const query: Command = {
       console.log(usage);
       return 0;
     }
-    const address = required(values.addr, '--addr');
+    const connection = connectionOf(values, environment());
+    const { address } = connection;
     const domain = required(values.domain, '--domain');
     const descriptors = required(values.descriptor, '--descriptor').map(parseDescriptor);
     const hitsAddend = wholeNumber(values.hits, '--hits', UINT32_MAX);
 
+    if (connection.tls !== undefined) quietIpServerName();
     const client = createTollgateClient({
-      address,
+      ...connection,
       deadlineMs: DEADLINE_MS,
       whenUnavailable: 'throw',
     });
@@ -97,6 +126,76 @@ export const query: Command = {
     return result.allowed ? 0 : 1;
   },
 };
+
+/** The flags that say how to reach the service; each falls back to its own settings. */
+interface ConnectionFlags {
+  addr?: string;
+  tls?: boolean;
+  ca?: string;
+  cert?: string;
+  key?: string;
+  'server-name'?: string;
+}
+
+/**
+ * Where and how to call the service: the flags, else the service's own settings, read as a
+ * client of it would take them (see the usage).
+ */
+function connectionOf(
+  flags: ConnectionFlags,
+  settings: Pick<Settings, 'grpcHost' | 'grpcPort' | 'grpcServer'>,
+): Pick<TollgateClientOptions, 'address' | 'tls'> {
+  const host = settings.grpcHost === '0.0.0.0' ? '127.0.0.1' : settings.grpcHost;
+  const address = flags.addr ?? `${host}:${settings.grpcPort}`;
+  if ((flags.cert === undefined) !== (flags.key === undefined)) {
+    throw new UsageError('--cert and --key go together');
+  }
+  const served = settings.grpcServer.tls;
+  if (!flags.tls && served === undefined && flags.ca === undefined && flags.cert === undefined) {
+    return { address };
+  }
+  const ca = flags.ca ?? served?.clientCaPath;
+  // The service's own certificate serves as the client's when it asks for one.
+  const own = served?.clientCaPath === undefined ? undefined : served;
+  const cert = flags.cert ?? own?.certPath;
+  const key = flags.key ?? own?.keyPath;
+  return {
+    address,
+    tls: {
+      ...(ca === undefined
+        ? {}
+        : { ca: readFile(ca, flags.ca === undefined ? 'GRPC_CLIENT_TLS_CACERT' : '--ca') }),
+      ...(cert === undefined
+        ? {}
+        : { cert: readFile(cert, flags.cert === undefined ? 'GRPC_SERVER_TLS_CERT' : '--cert') }),
+      ...(key === undefined
+        ? {}
+        : { key: readFile(key, flags.key === undefined ? 'GRPC_SERVER_TLS_KEY' : '--key') }),
+      ...(flags['server-name'] === undefined ? {} : { serverName: flags['server-name'] }),
+    },
+  };
+}
+
+/**
+ * grpc-js gives TLS the address's host as the server name, an IP address included, and Node warns
+ * of that once (DEP0123): a line on stderr that says nothing of the call, so it is left out.
+ */
+function quietIpServerName(): void {
+  const emit = process.emitWarning.bind(process);
+  process.emitWarning = ((warning: string | Error, ...rest: unknown[]) => {
+    if (rest[1] === 'DEP0123') return;
+    (emit as (warning: string | Error, ...rest: unknown[]) => void)(warning, ...rest);
+  }) as typeof process.emitWarning;
+}
+
+/** A file the call needs, or an error that names it and the flag (or setting) behind it. */
+function readFile(path: string, flag: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (error) {
+    throw new CommandError(`${flag}: cannot read ${path}: ${(error as Error).message}`);
+  }
+}
 
 function showStatus(status: DescriptorStatus): string {
   const limit = status.currentLimit;

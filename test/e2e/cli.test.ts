@@ -12,6 +12,8 @@ import { refusal, spawnTollgate } from '../support/processes.js';
 import { startRedis, type TestRedis } from '../support/redis.js';
 import { d, manualClock, startTollgate, writeRules, type Tollgate } from '../support/tollgate.js';
 import { calendarBounds } from '../../src/rules/calendar.js';
+import { makeCerts, type TestCerts } from '../support/certs.js';
+import * as grpc from '@grpc/grpc-js';
 
 const RULES = `
 domain: api
@@ -508,5 +510,58 @@ describe('counters', () => {
     ]);
     expect(noRedis.code).toBe(1);
     expect(noRedis.stderr).toMatch(/^tollgate counters: REDIS_URL is not set/);
+  });
+});
+
+describe("query over TLS, with the service's own settings", () => {
+  let certs: TestCerts;
+  let tollgate: Tollgate;
+  /** The service's mutual TLS, as its environment says it. */
+  let serviceEnv: Record<string, string>;
+  beforeAll(async () => {
+    certs = makeCerts();
+    serviceEnv = {
+      GRPC_SERVER_USE_TLS: 'true',
+      GRPC_SERVER_TLS_CERT: certs.server.cert,
+      GRPC_SERVER_TLS_KEY: certs.server.key,
+      GRPC_CLIENT_TLS_CACERT: certs.ca,
+    };
+    tollgate = await startTollgate({
+      rules: RULES,
+      env: serviceEnv,
+      clientCredentials: grpc.credentials.createSsl(
+        readFileSync(certs.ca),
+        readFileSync(certs.client.key),
+        readFileSync(certs.client.cert),
+      ),
+    });
+  });
+  afterAll(async () => {
+    await tollgate?.stop();
+  });
+  const ask = ['query', '--domain', 'api', '--descriptor', 'tenant=acme'];
+
+  it("calls over mutual TLS from the service's environment and a client certificate", async () => {
+    const port = tollgate.address.split(':').at(-1) ?? '';
+    const client = ['--cert', certs.client.cert, '--key', certs.client.key];
+    const run = await cli([...ask, ...client], { ...serviceEnv, GRPC_PORT: port });
+    expect(run).toMatchObject({ code: 0, stderr: '' });
+    expect(run.stdout).toMatch(/^OK\n {2}tenant=acme: OK, limit 5 per minute, 4 remaining/);
+  });
+
+  it('says why a call without a client certificate, or in plaintext, fails', async () => {
+    const plain = await cli([...ask, '--addr', tollgate.address]);
+    expect(plain).toMatchObject({ code: 1, stdout: '' });
+    expect(plain.stderr).toMatch(/^tollgate query: cannot reach tollgate at 127\.0\.0\.1:\d+: /);
+    const anonymous = await cli([...ask, '--addr', tollgate.address, '--tls', '--ca', certs.ca]);
+    expect(anonymous).toMatchObject({ code: 1, stdout: '' });
+    expect(await cli([...ask, '--cert', certs.client.cert])).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: expect.stringContaining('--cert and --key go together') as string,
+    });
+    const missing = await cli([...ask, '--addr', tollgate.address, '--ca', '/nonexistent/ca.crt']);
+    expect(missing).toMatchObject({ code: 1, stdout: '' });
+    expect(missing.stderr).toMatch(/^tollgate query: --ca: cannot read \/nonexistent\/ca\.crt: /);
   });
 });

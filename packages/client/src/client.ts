@@ -3,7 +3,14 @@
  * a decision, never a gRPC error for an over-limit request; when tollgate cannot be reached in
  * time it answers as `whenUnavailable` says, like Envoy's `failure_mode_deny`.
  */
-import { Metadata, status, type ChannelCredentials, type ServiceError } from '@grpc/grpc-js';
+import {
+  credentials,
+  Metadata,
+  status,
+  type ChannelCredentials,
+  type ChannelOptions,
+  type ServiceError,
+} from '@grpc/grpc-js';
 import { TollgateError, TollgateRequestError, TollgateUnavailableError } from './errors.js';
 import {
   createRateLimitClient,
@@ -15,8 +22,14 @@ import type { Code, DescriptorStatus, Header, ReportedUnit } from './types.js';
 export interface TollgateClientOptions {
   /** `host:port`, or any grpc-js target such as `unix:/run/tollgate.sock`. */
   address: string;
-  /** Insecure (plaintext) unless given. */
+  /** Insecure (plaintext) unless given, or unless `tls` is. */
   credentials?: ChannelCredentials;
+  /**
+   * TLS without building grpc-js credentials: the CA that signed the server's certificate (the
+   * system's when absent), a client certificate and key for mutual TLS, and the name the server's
+   * certificate must carry when it is not the address's host. Not with `credentials`.
+   */
+  tls?: { ca?: Buffer; cert?: Buffer; key?: Buffer; serverName?: string };
   /** Bound on each check, connecting included. Default 50 ms. */
   deadlineMs?: number;
   /** What a check answers when tollgate is unreachable or too slow: allow, deny, or reject. */
@@ -89,7 +102,7 @@ const UINT32_MAX = 4_294_967_295;
 
 export function createTollgateClient(options: TollgateClientOptions): TollgateClient {
   const { deadlineMs = 50, whenUnavailable } = options;
-  const client = createRateLimitClient(options.address, options.credentials);
+  const client = createRateLimitClient(...channelOf(options));
 
   function call(request: RateLimitRequestObject): Promise<RateLimitResponseObject> {
     return new Promise((resolve, reject) => {
@@ -238,4 +251,22 @@ function toStatus(wire: WireStatus): DescriptorStatus {
       Number(reset.seconds ?? 0) * 1000 + Math.ceil((reset.nanos ?? 0) / 1e6);
   }
   return status;
+}
+
+/** The channel's address, credentials and options, from `credentials` or `tls`. */
+function channelOf(
+  options: TollgateClientOptions,
+): [string, ChannelCredentials | undefined, ChannelOptions] {
+  const { address, tls } = options;
+  if (tls === undefined) return [address, options.credentials, {}];
+  if (options.credentials !== undefined) {
+    throw new TypeError('createTollgateClient: give credentials or tls, not both');
+  }
+  if ((tls.cert === undefined) !== (tls.key === undefined)) {
+    throw new TypeError('createTollgateClient: tls.cert and tls.key go together');
+  }
+  const ssl = credentials.createSsl(tls.ca ?? null, tls.key ?? null, tls.cert ?? null);
+  const channel: ChannelOptions =
+    tls.serverName === undefined ? {} : { 'grpc.ssl_target_name_override': tls.serverName };
+  return [address, ssl, channel];
 }
