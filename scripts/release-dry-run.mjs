@@ -148,7 +148,7 @@ function installAlone(dir, name, tarball) {
   const unknown = scripted.filter((pkg) => !KNOWN_INSTALL_SCRIPTS.includes(pkg));
   check(unknown.length === 0, `${name}: new install scripts in ${unknown.join(', ')}`);
   const kb = Number(run('du', ['-sk', join(project, 'node_modules')]).stdout.split('\t')[0]);
-  const size = `${installed.length} packages, ${(kb / 1024).toFixed(0)} MB on disk`;
+  const size = `${installed.length} packages, ${(kb / 1024).toFixed(1)} MiB on disk`;
   return { project, size, scripts: scripted.join(', ') || 'none' };
 }
 
