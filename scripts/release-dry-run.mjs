@@ -98,7 +98,8 @@ function versions(dir) {
 function pack(dir, workspace) {
   const args = ['pack', '--json', '--pack-destination', dir];
   const { stdout } = npm(workspace ? [...args, '--workspace', workspace] : args);
-  const [packed] = JSON.parse(stdout.slice(stdout.indexOf('[')));
+  // The JSON follows whatever the build printed.
+  const [packed] = JSON.parse(stdout.slice(stdout.search(/^\[$/m)));
   return join(dir, packed.filename);
 }
 
