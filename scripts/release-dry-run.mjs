@@ -60,7 +60,7 @@ function run(command, args, cwd = root) {
     !result.error && result.status === 0,
     `${basename(command)} ${args.join(' ')} failed: ${result.error?.message ?? output}`,
   );
-  return { stdout: result.stdout, output };
+  return { stdout: result.stdout };
 }
 
 const npm = (args, cwd) => run('npm', [...args, '--no-audit', '--no-fund'], cwd);
@@ -78,7 +78,12 @@ function versions(dir) {
   run(process.execPath, ['scripts/release-versions.mjs', version]);
   const date = new Date().toISOString().slice(0, 10);
   const changelog = readFileSync(join(root, 'CHANGELOG.md'), 'utf8');
-  const notes = releaseNotes(releaseChangelog(changelog, version, date), version);
+  let notes;
+  try {
+    notes = releaseNotes(releaseChangelog(changelog, version, date), version);
+  } catch (error) {
+    throw new DryRunError(error.message);
+  }
   check(
     notes.length <= NOTES_LIMIT,
     `the notes are ${notes.length} characters: over GitHub's limit`,
@@ -181,7 +186,12 @@ function clientPackage(dir, tarball) {
 function sbom(dir, project) {
   const { stdout } = npm(['sbom', '--omit', 'dev', '--sbom-format', 'cyclonedx'], project);
   writeFileSync(join(dir, `tollgate-${version}.cdx.json`), stdout);
-  const bom = JSON.parse(stdout);
+  let bom;
+  try {
+    bom = JSON.parse(stdout);
+  } catch (error) {
+    throw new DryRunError(`npm sbom printed no JSON: ${error.message}`);
+  }
   check(bom.bomFormat === 'CycloneDX', `npm sbom wrote no CycloneDX document`);
   const components = new Set(bom.components.map(({ name, version }) => `${name}@${version}`));
   const wanted = [[service.name, version], ...Object.entries(service.dependencies)];
