@@ -28,8 +28,8 @@ export function changelogSections(changelog) {
   for (const line of changelog.split(/\r?\n/)) {
     const heading = /^## \[([^\]]+)\](.*)$/.exec(line);
     if (heading) {
-      current = { name: heading[1], date: /^ - (\d{4}-\d{2}-\d{2})\s*$/.exec(heading[2])?.[1] };
-      current.lines = [];
+      const date = /^ - (\d{4}-\d{2}-\d{2})\s*$/.exec(heading[2])?.[1];
+      current = { name: heading[1], date, lines: [] };
       sections.push(current);
     } else if (line.startsWith('## ') || /^\[[^\]]+\]:\s/.test(line)) {
       current = undefined;
