@@ -18,30 +18,52 @@ export function versionOf(tagOrVersion) {
 }
 
 /**
- * The body of the `## [VERSION]` section of a Keep a Changelog file (a date may follow the
- * heading), up to the next `## ` heading or the link definitions at the end, trimmed.
+ * The `## [NAME]` sections of a Keep a Changelog file, in order: each one's name (`Unreleased`
+ * or a version), its date when the heading ends ` - YYYY-MM-DD`, and its body, trimmed, up to the
+ * next `## ` heading or the link definitions at the end.
  */
+export function changelogSections(changelog) {
+  const sections = [];
+  let current;
+  for (const line of changelog.split(/\r?\n/)) {
+    const heading = /^## \[([^\]]+)\](.*)$/.exec(line);
+    if (heading) {
+      const date = /^ - (\d{4}-\d{2}-\d{2})\s*$/.exec(heading[2])?.[1];
+      current = { name: heading[1], date, lines: [] };
+      sections.push(current);
+    } else if (line.startsWith('## ') || /^\[[^\]]+\]:\s/.test(line)) {
+      current = undefined;
+    } else {
+      current?.lines.push(line);
+    }
+  }
+  return sections.map(({ name, date, lines }) => ({ name, date, body: lines.join('\n').trim() }));
+}
+
+/** The body of the `## [VERSION]` section of a Keep a Changelog file (a date may follow). */
 export function releaseNotes(changelog, tagOrVersion) {
   const version = versionOf(tagOrVersion);
-  const lines = changelog.split(/\r?\n/);
-  const heading = (line) => /^## \[([^\]]+)\]/.exec(line)?.[1];
-  const starts = lines.flatMap((line, index) => (heading(line) === version ? [index] : []));
-  if (starts.length === 0) {
+  const found = changelogSections(changelog).filter((section) => section.name === version);
+  if (found.length === 0) {
     throw new Error(
       `CHANGELOG.md has no section for ${version}: rename its Unreleased heading to ` +
         `"## [${version}] - YYYY-MM-DD" (the release's date), and start a new Unreleased above it`,
     );
   }
-  if (starts.length > 1)
-    throw new Error(`CHANGELOG.md has ${starts.length} sections for ${version}`);
-  const body = [];
-  for (const line of lines.slice(starts[0] + 1)) {
-    if (line.startsWith('## ') || /^\[[^\]]+\]:\s/.test(line)) break;
-    body.push(line);
-  }
-  const notes = body.join('\n').trim();
-  if (notes === '') throw new Error(`CHANGELOG.md's section for ${version} is empty`);
-  return notes;
+  if (found.length > 1) throw new Error(`CHANGELOG.md has ${found.length} sections for ${version}`);
+  if (found[0].body === '') throw new Error(`CHANGELOG.md's section for ${version} is empty`);
+  return found[0].body;
+}
+
+/**
+ * CHANGELOG.md as a release commit has it (docs/releasing.md): the Unreleased heading renamed
+ * `## [VERSION] - DATE`, below a new, empty Unreleased section.
+ */
+export function releaseChangelog(changelog, tagOrVersion, date) {
+  const version = versionOf(tagOrVersion);
+  const unreleased = /^## \[Unreleased\][ \t]*$/m;
+  if (!unreleased.test(changelog)) throw new Error('CHANGELOG.md has no "## [Unreleased]" section');
+  return changelog.replace(unreleased, `## [Unreleased]\n\n## [${version}] - ${date}`);
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {

@@ -7,6 +7,7 @@ import { describe, expect, it } from 'vitest';
 const PAGES = [
   'README.md',
   'CHANGELOG.md',
+  'SECURITY.md',
   ...readdirSync('docs')
     .filter((name) => name.endsWith('.md'))
     .map((name) => join('docs', name)),

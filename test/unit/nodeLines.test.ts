@@ -46,6 +46,9 @@ describe('the supported Node lines', () => {
   it('are the lines the docs name', () => {
     const named = /Node\.js (\d+), (\d+) (?:and|or) (\d+)/.exec(read('README.md'));
     expect(named?.slice(1)).toEqual(lines);
+    for (const page of ['packages/client/README.md', 'SECURITY.md']) {
+      expect(/Node (\d+), (\d+) (?:and|or) (\d+)/.exec(read(page))?.slice(1), page).toEqual(lines);
+    }
     expect(read('docs/development.md')).toContain(`scripts/node-line.sh`);
   });
 

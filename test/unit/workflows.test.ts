@@ -34,8 +34,9 @@ describe('the workflows', () => {
     const { runs } = workflowParts(readFileSync('.github/workflows/ci.yml', 'utf8'));
     const steps = readFileSync('.ci/run', 'utf8')
       .split('\n')
-      .filter((line) => line.startsWith('npm '));
+      .filter((line) => /^(npm |node scripts\/)/.test(line));
     expect(steps).toContain('npm test');
+    expect(steps).toContain('node scripts/release-dry-run.mjs');
     for (const step of steps) expect(runs).toContain(step);
     expect(runs.some((run) => run.includes('git status --porcelain'))).toBe(true);
   });
