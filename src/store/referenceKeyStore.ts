@@ -1,5 +1,6 @@
 import { StoreError } from '../core/errors.js';
 import { GIVEN_BACK_CHANNEL } from './invalidation.js';
+import type { Cluster, Redis } from 'ioredis';
 import type { RedisAccess, RedisStore } from './redisStore.js';
 import type { CounterCheck, CounterResult, Store, StoreDecision } from './Store.js';
 
@@ -67,25 +68,16 @@ export function createReferenceKeyStore(options: ReferenceKeyStoreOptions): Stor
       const before = stopping(counters) ? await counts(redis.access, keys, counters) : undefined;
       const near = before && counters.map((counter, i) => isNear(counter, before[i] ?? 0));
       const nearAny = near?.some(Boolean) ?? false;
-      const after = await redis.access.call((connection) =>
-        Promise.all(
-          counters.map(async (counter, i): Promise<number | undefined> => {
-            const key = keys[i] as string;
-            const reference = counter.reference;
-            if (counter.giveBack) {
-              const refund = [key, counter.cost, ttl(counter.windowMs), GIVEN_BACK_CHANNEL];
-              return Number(await connection.eval(REFUND, 1, ...refund, key));
-            }
-            if (reference === undefined || reference.cached) return undefined;
-            const held = reference.stop && (reference.held || (nearAny && near?.[i] !== true));
-            const counted = connection.incrby(key, held ? 0 : counter.cost);
-            // Sent at once behind the INCRBY, on the key's own connection: one round trip.
-            const expiring = connection.expire(key, ttl(counter.windowMs));
-            const [count] = await Promise.all([counted, expiring]);
-            return count;
-          }),
-        ),
-      );
+      const steps = counters.map((counter, i): Step | undefined => {
+        const key = keys[i] as string;
+        const reference = counter.reference;
+        const expiry = ttl(counter.windowMs);
+        if (counter.giveBack) return { kind: 'refund', key, hits: counter.cost, ttl: expiry };
+        if (reference === undefined || reference.cached) return undefined;
+        const held = reference.stop && (reference.held || (nearAny && near?.[i] !== true));
+        return { kind: 'count', key, hits: held ? 0 : counter.cost, ttl: expiry };
+      });
+      const after = await redis.access.call((connection) => run(connection, steps));
       return decisionOf(counters, after, now);
     },
     // The operator's commands name whole keys, window included (cli/counters.ts).
@@ -102,6 +94,58 @@ export function createReferenceKeyStore(options: ReferenceKeyStoreOptions): Stor
     close: () => redis.close(),
   };
 }
+
+/** What one counter sends: its count (`INCRBY`, `EXPIRE`) or its refund (REFUND). */
+interface Step {
+  kind: 'count' | 'refund';
+  key: string;
+  hits: number;
+  ttl: number;
+}
+
+/**
+ * Sends the steps, in order, and resolves with each one's count after it (undefined for a step
+ * not sent). On one Redis they go as one pipeline, one write for the request, as the reference
+ * sends them; on a cluster each key's commands go to its own node, all at once.
+ */
+async function run(
+  connection: Redis | Cluster,
+  steps: readonly (Step | undefined)[],
+): Promise<(number | undefined)[]> {
+  if (connection.isCluster) {
+    return Promise.all(
+      steps.map(async (step) => {
+        if (step === undefined) return undefined;
+        if (step.kind === 'refund') return Number(await connection.eval(...refundArgs(step)));
+        const [count] = await Promise.all([
+          connection.incrby(step.key, step.hits),
+          connection.expire(step.key, step.ttl),
+        ]);
+        return count;
+      }),
+    );
+  }
+  const pipeline = connection.pipeline();
+  const places: (number | undefined)[] = [];
+  for (const step of steps) {
+    if (step === undefined) {
+      places.push(undefined);
+    } else if (step.kind === 'refund') {
+      places.push(pipeline.length);
+      pipeline.eval(...refundArgs(step));
+    } else {
+      places.push(pipeline.length);
+      pipeline.incrby(step.key, step.hits).expire(step.key, step.ttl);
+    }
+  }
+  const replies = (await pipeline.exec()) ?? [];
+  for (const [error] of replies) if (error) throw error;
+  return places.map((at) => (at === undefined ? undefined : Number(replies[at]?.[1])));
+}
+
+/** EVAL's arguments for a refund: the key, the hits, the TTL, and where to publish the key. */
+const refundArgs = (step: Step) =>
+  [REFUND, 1, step.key, step.hits, step.ttl, GIVEN_BACK_CHANNEL, step.key] as const;
 
 /** Only the reference's counting of fixed windows has the reference's keys. */
 function refuseForeign(counter: CounterCheck): void {
