@@ -48,7 +48,12 @@ const BOUNDS = [
 export type Bound = (typeof BOUNDS)[number];
 
 /** From a sub-millisecond answer to a slow one; includes every default bucket up to 1 s. */
-const LATENCY_BUCKETS = [
+/**
+ * The latency histograms' bounds, in seconds. An alert's threshold on a quantile of them sits on a
+ * bound (TollgateLatencyHigh's 10 ms): there, "p99 above it" means exactly "more than 1% of calls
+ * took longer", where between two bounds it would read a straight line drawn across the bucket.
+ */
+export const LATENCY_BUCKETS = [
   0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 ];
 const RPC_OUTCOMES: readonly RpcOutcome[] = [

@@ -148,3 +148,14 @@ describe("the project's address", () => {
     expect(links.filter((link) => !link?.startsWith(`${runbook}#`))).toEqual([]);
   });
 });
+
+describe("the latency alert's threshold", () => {
+  it('sits on a bound of the histogram it reads, so that p99 above it means over 1% of calls', async () => {
+    const { LATENCY_BUCKETS } = await import('../../src/observability/metricsSeries.js');
+    const alerts = readFileSync('deploy/prometheus/tollgate-alerts.yaml', 'utf8');
+    const rule = /alert: TollgateLatencyHigh\n\s+expr: \|([^]*?)\n\s+for:/.exec(alerts)?.[1] ?? '';
+    expect(rule).toContain('ratelimit_service_response_time_seconds_bucket');
+    const threshold = Number(/\)\s*>\s*([\d.]+)\s*$/.exec(rule)?.[1]);
+    expect(LATENCY_BUCKETS).toContain(threshold);
+  });
+});
