@@ -34,12 +34,14 @@ local GIVEN_BACK_CHANNEL = 'tollgate:given-back'
 -- left out of messages: they carry descriptor values, which may be secrets.
 local FOREIGN = { err = 'WRONGTYPE a counter key holds a value that tollgate did not write' }
 
--- Redis names no command when a script's user may not run one ("The user executing the script
--- can't run this command"): the error that tollgate passes on names it, so that health and logs
--- say what the Redis user lacks.
+-- Redis 7.0 names no command when a script's user may not run one ("The user executing the script
+-- can't run this command"), and Valkey's refusal does not start with NOPERM ("ACL failure in
+-- script: User u has no permissions to run the 'x' command"): the error that tollgate passes on
+-- is a NOPERM naming the command, so that health and logs say what the Redis user lacks.
 local function refused(reply, command)
   local err = reply.err
-  if string.find(err, 'NOPERM', 1, true) or string.find(err, "can't run this command", 1, true) then
+  if string.find(err, 'NOPERM', 1, true) or string.find(err, "can't run this command", 1, true)
+    or string.find(err, 'no permissions to run', 1, true) then
     return { err = 'NOPERM the Redis user may not run the \'' .. command ..
       '\' command, which checks need' }
   end

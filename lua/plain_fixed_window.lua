@@ -63,7 +63,8 @@ local KEYS, ARGV
 -- As lib.lua's refused: an ACL refusal names the command, so health and logs say what is lacking.
 local function refused(reply, command)
   local err = reply.err
-  if string.find(err, 'NOPERM', 1, true) or string.find(err, "can't run this command", 1, true) then
+  if string.find(err, 'NOPERM', 1, true) or string.find(err, "can't run this command", 1, true)
+    or string.find(err, 'no permissions to run', 1, true) then
     return { err = 'NOPERM the Redis user may not run the \'' .. command ..
       '\' command, which checks need' }
   end

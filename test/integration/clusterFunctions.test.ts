@@ -14,6 +14,7 @@ import {
   waitFor,
   type TestCluster,
 } from '../support/redisCluster.js';
+import { redisServer } from '../support/redisServer.js';
 
 // The cluster store's function library on a real Redis Cluster: loaded on every primary at the
 // first connection, loaded again on a primary that lost it, and loaded on a primary that joined
@@ -170,7 +171,7 @@ async function joinEmptyPrimary(): Promise<number> {
   const busPort = await freePort();
   joined.children.push(
     spawn(
-      'redis-server',
+      redisServer,
       [
         ...['--port', String(port), '--cluster-port', String(busPort), '--bind', '127.0.0.1'],
         ...['--cluster-enabled', 'yes', '--cluster-node-timeout', '2000'],

@@ -17,6 +17,7 @@ import {
   README_ACL_COMMANDS,
   README_ACL_PUBSUB,
 } from '../support/redis.js';
+import { redisServer, redisServerHasTls } from '../support/redisServer.js';
 import { subscribeToRefunds } from '../../src/store/invalidation.js';
 
 // The Redis store over TLS (rediss://), and as a Redis ACL user that holds only what tollgate
@@ -75,7 +76,11 @@ async function remaining(s: Store, prefix: string, times: number): Promise<numbe
   return left;
 }
 
-describe('Redis over TLS', () => {
+const hasTls = redisServerHasTls();
+if (!hasTls)
+  console.warn(`${redisServer} cannot serve TLS: the tests of Redis over TLS are skipped`);
+
+describe.skipIf(!hasTls)('Redis over TLS', () => {
   let certs: TestCerts;
   let redis: ChildProcess;
   let port: number;
@@ -85,7 +90,7 @@ describe('Redis over TLS', () => {
     port = await freePort();
     // TLS only, on two loopback addresses: the certificate names 127.0.0.1, not 127.0.0.2.
     redis = spawn(
-      'redis-server',
+      redisServer,
       [
         ...['--port', '0', '--tls-port', String(port), '--bind', '127.0.0.1', '127.0.0.2'],
         ...['--tls-cert-file', certs.server.cert, '--tls-key-file', certs.server.key],

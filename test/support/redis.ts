@@ -1,4 +1,4 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -8,10 +8,11 @@ import type { RedisSettings } from '../../src/process/settings.js';
 import { createRedisStore, type RedisStoreOptions } from '../../src/store/redisStore.js';
 import type { Store } from '../../src/store/Store.js';
 import { freePort } from './ports.js';
+import { hasRedisServer, redisServer } from './redisServer.js';
 
 /**
- * A real Redis for integration tests: a `redis-server` spawned on a free port when the binary
- * exists, otherwise a testcontainers container when a Docker engine exists. With neither, tests
+ * A real Redis for integration tests: a `redis-server` (or TEST_REDIS_SERVER, see redisServer.ts)
+ * spawned on a free port when the binary exists, otherwise a testcontainers container when a Docker engine exists. With neither, tests
  * fail and say how to get one; they never skip silently.
  */
 /** The commands of README's least-privilege ACL line. */
@@ -113,13 +114,12 @@ export async function decisionCalls(client: Redis): Promise<number> {
   return calls;
 }
 
-function hasRedisServer(): boolean {
-  return spawnSync('redis-server', ['--version']).status === 0;
-}
-
 /** `args`: more redis-server options, after the tests' own (spawned servers only). */
 export async function startRedis(options: { args?: string[] } = {}): Promise<TestRedis> {
   if (hasRedisServer()) return spawnRedis(options.args);
+  if (process.env.TEST_REDIS_SERVER) {
+    throw new Error(`TEST_REDIS_SERVER=${redisServer} does not run (--version failed)`);
+  }
   if (options.args?.length) throw new Error('redis-server options need a spawned redis-server');
   return containerRedis();
 }
@@ -148,7 +148,7 @@ export async function spawnRedisOn(port: number, args: string[] = []): Promise<T
 
   const launch = async () => {
     child = spawn(
-      'redis-server',
+      redisServer,
       ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'].concat([
         '--enable-debug-command',
         'yes',

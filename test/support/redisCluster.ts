@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { createProcessGroup } from './processGroup.js';
 import { freePort } from './ports.js';
+import { hasRedisServer, redisServer } from './redisServer.js';
 
 /**
  * A real Redis Cluster for integration tests: three masters and three replicas, six
@@ -52,9 +53,9 @@ export interface ClusterNode {
 const SIZE = 6;
 
 export async function startRedisCluster(): Promise<TestCluster> {
-  if (spawnSync('redis-server', ['--version']).status !== 0) {
+  if (!hasRedisServer()) {
     throw new Error(
-      'The cluster tests need redis-server and redis-cli (Debian: apt-get install -y redis-server)',
+      `The cluster tests need ${redisServer} and redis-cli (Debian: apt-get install -y redis-server)`,
     );
   }
   const { dir, children, client, stop } = createProcessGroup('tollgate-cluster-');
@@ -67,7 +68,7 @@ export async function startRedisCluster(): Promise<TestCluster> {
       const busPort = await freePort();
       ports.push(port);
       const child = spawn(
-        'redis-server',
+        redisServer,
         [
           '--port',
           String(port),

@@ -1,10 +1,11 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { createProcessGroup } from './processGroup.js';
 import { freePort } from './ports.js';
 import { PortTaken, waitForPing } from './redis.js';
+import { hasRedisServer, redisServer } from './redisServer.js';
 import { waitFor } from './redisCluster.js';
 
 /**
@@ -32,9 +33,9 @@ export interface TestSentinel {
 const NAME = 'm';
 
 export async function startRedisSentinel(): Promise<TestSentinel> {
-  if (spawnSync('redis-server', ['--version']).status !== 0) {
+  if (!hasRedisServer()) {
     throw new Error(
-      'The sentinel tests need redis-server (Debian: apt-get install -y redis-server)',
+      `The sentinel tests need ${redisServer} (Debian: apt-get install -y redis-server)`,
     );
   }
   const { dir, children, client, stop } = createProcessGroup('tollgate-sentinel-');
@@ -52,7 +53,7 @@ export async function startRedisSentinel(): Promise<TestSentinel> {
     for (let attempt = 1; ; attempt++) {
       const port = await freePort();
       const logfile = join(dir, `${name}-${port}.log`);
-      const child = spawn('redis-server', args(port, logfile), { stdio: 'ignore' });
+      const child = spawn(redisServer, args(port, logfile), { stdio: 'ignore' });
       children.push(child);
       try {
         await waitForPing(port, child);
