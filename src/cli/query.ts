@@ -40,17 +40,17 @@ GRPC_SERVER_TLS_KEY. The options below override each of these.
 Options:
   --addr HOST:PORT      tollgate's gRPC address; default GRPC_HOST:GRPC_PORT (127.0.0.1 for
                         0.0.0.0)
+  --domain DOMAIN       the rules' domain
+  --descriptor K=V,...  a descriptor; repeat for several
+  --hits N              the request's cost (hits_addend), 0 to 4294967295; default 1
+  --refund              give the cost back to every descriptor's budget (is_negative_hits)
+  --json                print the decision as JSON
   --tls                 TLS, even without GRPC_SERVER_USE_TLS=true
   --ca FILE             the CA that signed the server's certificate; default
                         GRPC_CLIENT_TLS_CACERT, else the system's
   --cert FILE, --key FILE
                         a client certificate and its key, for mutual TLS
   --server-name NAME    the name the server's certificate must carry, when not the address's
-  --domain DOMAIN       the rules' domain
-  --descriptor K=V,...  a descriptor; repeat for several
-  --hits N              the request's cost (hits_addend), 0 to 4294967295; default 1
-  --refund              give the cost back to every descriptor's budget (is_negative_hits)
-  --json                print the decision as JSON
   -h, --help            Show this help`;
 
 const DEADLINE_MS = 5_000;

@@ -80,10 +80,18 @@ export function openStore(settings: StoreSettings, options: OpenStoreOptions): O
             'redis answered nothing while calls waited; reconnecting to release them',
           ),
         onWarning: (message) => logger.warn(message),
-        functions: settings.redisFunctions,
-        onPath: (path) => logPath(logger, path, settings.redisFunctions),
+        // The reference's keys take plain commands: no library to load, no path to tell.
+        functions: settings.referenceKeys ? 'off' : settings.redisFunctions,
+        onPath: (path) => {
+          if (!settings.referenceKeys) logPath(logger, path, settings.redisFunctions);
+        },
       })
     : undefined;
+  if (redisStore && settings.referenceKeys) {
+    logger.info(
+      "redis: checks are decided by the reference's own commands on its keys (COMPAT_KEYS=reference)",
+    );
+  }
   const backend: Store =
     redisStore && settings.referenceKeys
       ? createReferenceKeyStore({

@@ -69,7 +69,9 @@ describe('usage', () => {
 
     const commandHelp = await cli(['query', '--help']);
     expect(commandHelp.code).toBe(0);
-    expect(commandHelp.stdout).toContain('Usage: tollgate query --addr HOST:PORT');
+    expect(commandHelp.stdout).toContain(
+      'Usage: tollgate query [--addr HOST:PORT] --domain DOMAIN',
+    );
     const unknown = await cli(['explain', '--domain', 'api', '--bogus']);
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toMatch(/^tollgate explain: Unknown option '--bogus'/);
