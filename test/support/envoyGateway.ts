@@ -79,6 +79,17 @@ export const ENVOY_GATEWAY_PROBE = { path: '/healthcheck', port: 8080 };
  */
 export const ENVOY_GATEWAY_NODE_ID = 'envoy-ratelimit';
 
+/** The namespace of Envoy Gateway's Helm chart, and of the rate-limit Deployment. */
+export const ENVOY_GATEWAY_NAMESPACE = 'envoy-gateway-system';
+
+/** The names in the controller's certificate (certgen's kubeServiceNames), in that namespace. */
+export const ENVOY_GATEWAY_XDS_NAMES = [
+  'envoy-gateway',
+  `envoy-gateway.${ENVOY_GATEWAY_NAMESPACE}`,
+  `envoy-gateway.${ENVOY_GATEWAY_NAMESPACE}.svc`,
+  `envoy-gateway.${ENVOY_GATEWAY_NAMESPACE}.svc.cluster.local`,
+];
+
 /** Where the Secret `envoy-rate-limit` is mounted: tls.crt, tls.key, ca.crt. */
 export const ENVOY_GATEWAY_CERTS_DIR = '/certs';
 
@@ -177,14 +188,8 @@ export function makeEnvoyGatewayCerts(): EnvoyGatewayCerts {
     const serialNumber = new X509Certificate(readFileSync(cert)).serialNumber;
     return { dir, ca: join(dir, 'ca.crt'), cert, key, serialNumber };
   };
-  const ns = 'envoy-gateway-system';
-  const gatewayNames = [
-    'envoy-gateway',
-    `envoy-gateway.${ns}`,
-    `envoy-gateway.${ns}.svc`,
-    `envoy-gateway.${ns}.svc.cluster.local`,
-    'localhost',
-  ];
+  const ns = ENVOY_GATEWAY_NAMESPACE;
+  const gatewayNames = [...ENVOY_GATEWAY_XDS_NAMES, 'localhost'];
   return {
     gateway: secret(
       'envoy-gateway',
