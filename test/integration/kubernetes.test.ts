@@ -7,6 +7,7 @@ import { parse, parseAllDocuments, stringify } from 'yaml';
 import { loadRules } from '../../src/rules/loadRules.js';
 import { readSettings } from '../../src/process/settings.js';
 import { publishConfigMap } from '../support/configMap.js';
+import { ENVOY_GATEWAY_XDS_NAMES } from '../support/envoyGateway.js';
 import { ALERTS_PATH, promtool } from '../support/observability.js';
 
 // The Helm chart in deploy/helm/tollgate, and the plain manifests rendered from it, checked
@@ -445,6 +446,38 @@ describe('the rules over xDS', () => {
       serverUrl: 'envoy-gateway.envoy-gateway-system:18001',
       nodeId: 'envoy-ratelimit',
     });
+  });
+
+  // docs/kubernetes.md's values for Envoy Gateway's xDS server, which requires mutual TLS: the
+  // Secret the page makes (tls.crt, tls.key and ca.crt, copied from envoy-rate-limit) must be
+  // mounted where the TLS settings point.
+  it("mounts docs/kubernetes.md's copy of Envoy Gateway's certificate where the xDS TLS settings point", async () => {
+    const page = readFileSync('docs/kubernetes.md', 'utf8');
+    const section = page.slice(page.indexOf('## Rules over xDS'), page.indexOf('## Redis from a'));
+    const [, values] = /^```yaml\n([^]*?)^```/m.exec(section) ?? [];
+    expect(values, 'the section has its values').toBeDefined();
+    const secretName = /create secret generic (\S+)/.exec(section)?.[1];
+    const keys = [...section.matchAll(/--from-file=(\S+)/g)].map(([, key]) => key);
+    expect(keys.sort()).toEqual(['ca.crt', 'tls.crt', 'tls.key']);
+    const file = join(dir, 'xds-values.yaml');
+    writeFileSync(file, values!);
+    const all = objects(await template(['-f', file]));
+    const spec = pod(all);
+    const settings = readSettings(environment(spec.containers[0]!, renderedSecrets(all)));
+    expect(settings.xds).toMatchObject({ nodeId: 'envoy-ratelimit' });
+    const tls = settings.xds?.tls;
+    expect(tls).toBeDefined();
+    const volume = spec.volumes.find((v) => v.secret?.secretName === secretName);
+    expect(volume, `a volume of the Secret ${secretName}`).toBeDefined();
+    const mount = spec.containers[0]!.volumeMounts.find((m) => m.name === volume!.name);
+    expect(mount).toBeDefined();
+    expect([tls!.certPath, tls!.keyPath, tls!.caPath]).toEqual(
+      ['tls.crt', 'tls.key', 'ca.crt'].map((key) => `${mount!.mountPath}/${key}`),
+    );
+    // tollgate checks the controller's certificate for the URL's host: one of the names in it.
+    const [host, port] = settings.xds!.serverUrl.split(':');
+    expect(ENVOY_GATEWAY_XDS_NAMES).toContain(host);
+    expect(port).toBe('18001');
   });
 
   it('refuses xDS without a management server', async () => {

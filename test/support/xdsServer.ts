@@ -37,8 +37,11 @@ export interface XdsServer {
 export interface XdsServerOptions {
   /** The port on 127.0.0.1; by default a free one. */
   port?: number;
-  /** Serve TLS with this certificate; with `clientCaPath`, require client certificates. */
-  tls?: { certPath: string; keyPath: string; clientCaPath?: string };
+  /**
+   * Serve TLS with this certificate; with `clientCaPath`, require client certificates signed by
+   * it; from TLS `minVersion` on (1.2 by default).
+   */
+  tls?: { certPath: string; keyPath: string; clientCaPath?: string; minVersion?: '1.2' | '1.3' };
 }
 
 export const RATE_LIMIT_CONFIG_TYPE =
@@ -54,8 +57,17 @@ export type XdsEvent =
   | { event: 'set'; node: string; version: string }
   | { event: 'cleared'; node: string }
   | { event: 'error'; op: string; node?: string; version?: string; message: string }
-  /** A gRPC stream began (from an interceptor: before `stream-open`, without its id). */
-  | { event: 'stream-metadata'; method: string; metadata: XdsMetadata }
+  /**
+   * A gRPC stream began (from an interceptor: before `stream-open`, without its id). Over TLS,
+   * `tls` has the version ('TLS 1.3') and the verified client certificate's serial number
+   * (upper-case hex, '' when none was sent).
+   */
+  | {
+      event: 'stream-metadata';
+      method: string;
+      metadata: XdsMetadata;
+      tls?: { version: string; clientSerial: string };
+    }
   /** typeUrl is '' on ADS streams. */
   | { event: 'stream-open'; stream: number; typeUrl: string; metadata: XdsMetadata }
   | { event: 'stream-closed'; stream: number; node: string }
@@ -181,6 +193,7 @@ async function launch(path: string, port: number, options: XdsServerOptions): Pr
   if (options.tls) {
     args.push('-tls-cert', options.tls.certPath, '-tls-key', options.tls.keyPath);
     if (options.tls.clientCaPath) args.push('-client-ca', options.tls.clientCaPath);
+    if (options.tls.minVersion) args.push('-tls-min', options.tls.minVersion);
   }
   const child = spawn(path, args, { stdio: ['pipe', 'pipe', 'pipe'] });
   track(child);

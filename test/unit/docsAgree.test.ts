@@ -17,6 +17,7 @@ const PAGES = [
 const GO_MODULES = [
   'deploy/validate',
   'envoy/validate',
+  'test/envoy-gateway/validate',
   'test/grpc-go/client',
   'test/reference-suite',
   'test/xds/server',

@@ -43,6 +43,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -96,6 +97,32 @@ type streamMetadataEvent struct {
 	Event    string              `json:"event"`
 	Method   string              `json:"method"`
 	Metadata map[string][]string `json:"metadata"`
+	// Over TLS, the connection's version and the client certificate the server verified.
+	TLS *tlsPeer `json:"tls,omitempty"`
+}
+
+type tlsPeer struct {
+	Version string `json:"version"`
+	// The client certificate's serial number in upper-case hex, as node:crypto reports it; "" when
+	// the client sent none.
+	ClientSerial string `json:"clientSerial"`
+}
+
+// peerTLS is what the stream's connection negotiated, or nil without TLS.
+func peerTLS(ctx context.Context) *tlsPeer {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return nil
+	}
+	out := &tlsPeer{Version: tls.VersionName(info.State.Version)}
+	if len(info.State.PeerCertificates) > 0 {
+		out.ClientSerial = fmt.Sprintf("%X", info.State.PeerCertificates[0].SerialNumber)
+	}
+	return out
 }
 
 type streamOpenEvent struct {
@@ -306,14 +333,14 @@ func readCommands(snapshots cache.SnapshotCache, out *events, done chan<- struct
 	}
 }
 
-// serverCredentials is TLS from the certificate and key, requiring client certificates signed by
-// clientCA when one is given.
-func serverCredentials(certPath, keyPath, clientCA string) (credentials.TransportCredentials, error) {
+// serverCredentials is TLS from the certificate and key, from TLS minVersion on, requiring client
+// certificates signed by clientCA when one is given.
+func serverCredentials(certPath, keyPath, clientCA string, minVersion uint16) (credentials.TransportCredentials, error) {
 	pair, err := tls.LoadX509KeyPair(certPath, keyPath)
 	if err != nil {
 		return nil, fmt.Errorf("loading -tls-cert and -tls-key: %w", err)
 	}
-	config := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	config := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: minVersion}
 	if clientCA != "" {
 		pem, err := os.ReadFile(clientCA)
 		if err != nil {
@@ -354,6 +381,7 @@ func main() {
 	certPath := flag.String("tls-cert", "", "serve TLS with this PEM certificate (with -tls-key)")
 	keyPath := flag.String("tls-key", "", "serve TLS with this PEM key (with -tls-cert)")
 	clientCA := flag.String("client-ca", "", "with TLS, require client certificates signed by this PEM CA")
+	tlsMin := flag.String("tls-min", "1.2", "with TLS, the lowest version accepted: 1.2 or 1.3")
 	debug := flag.Bool("debug", false, "log the cache's and server's debug messages to standard error")
 	flag.Parse()
 
@@ -366,18 +394,22 @@ func main() {
 	if *clientCA != "" && *certPath == "" {
 		fail(2, "-client-ca needs -tls-cert and -tls-key")
 	}
+	minVersion, ok := map[string]uint16{"1.2": tls.VersionTLS12, "1.3": tls.VersionTLS13}[*tlsMin]
+	if !ok {
+		fail(2, "-tls-min must be 1.2 or 1.3")
+	}
 
 	out := &events{out: os.Stdout}
 	options := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMessageSize),
 		grpc.MaxSendMsgSize(maxMessageSize),
 		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-			out.emit(streamMetadataEvent{"stream-metadata", info.FullMethod, incomingMetadata(ss.Context())})
+			out.emit(streamMetadataEvent{"stream-metadata", info.FullMethod, incomingMetadata(ss.Context()), peerTLS(ss.Context())})
 			return handler(srv, ss)
 		}),
 	}
 	if *certPath != "" {
-		creds, err := serverCredentials(*certPath, *keyPath, *clientCA)
+		creds, err := serverCredentials(*certPath, *keyPath, *clientCA, minVersion)
 		if err != nil {
 			fail(2, "%v", err)
 		}
