@@ -1,6 +1,7 @@
 // `tollgate query`: asks a running tollgate for a decision over gRPC, and prints it.
 import type { DescriptorStatus } from '../core/check.js';
 import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import {
   createTollgateClient,
   type CheckResult,
@@ -51,6 +52,8 @@ Options:
   --cert FILE, --key FILE
                         a client certificate and its key, for mutual TLS
   --server-name NAME    the name the server's certificate must carry, when not the address's
+                        host; needed for TLS to an IP address (Node 26 refuses an IP as a
+                        TLS server name)
   -h, --help            Show this help`;
 
 const DEADLINE_MS = 5_000;
@@ -90,7 +93,6 @@ export const query: Command = {
     const descriptors = required(values.descriptor, '--descriptor').map(parseDescriptor);
     const hitsAddend = wholeNumber(values.hits, '--hits', UINT32_MAX);
 
-    if (connection.tls !== undefined) quietIpServerName();
     const client = createTollgateClient({
       ...connection,
       deadlineMs: DEADLINE_MS,
@@ -154,6 +156,14 @@ function connectionOf(
   if (!flags.tls && served === undefined && flags.ca === undefined && flags.cert === undefined) {
     return { address };
   }
+  const serverName = flags['server-name'];
+  if (serverName === undefined && isIP(hostOf(address)) !== 0) {
+    // grpc-js gives TLS the address's host as the server name, which Node 26 refuses for an IP
+    // address (RFC 6066 allows only names there).
+    throw new UsageError(
+      `TLS to an IP address (${address}) needs --server-name NAME: a DNS name in the server's certificate`,
+    );
+  }
   const ca = flags.ca ?? served?.clientCaPath;
   // The service's own certificate serves as the client's when it asks for one.
   const own = served?.clientCaPath === undefined ? undefined : served;
@@ -171,21 +181,17 @@ function connectionOf(
       ...(key === undefined
         ? {}
         : { key: readFile(key, flags.key === undefined ? 'GRPC_SERVER_TLS_KEY' : '--key') }),
-      ...(flags['server-name'] === undefined ? {} : { serverName: flags['server-name'] }),
+      ...(serverName === undefined ? {} : { serverName }),
     },
   };
 }
 
-/**
- * grpc-js gives TLS the address's host as the server name, an IP address included, and Node warns
- * of that once (DEP0123): a line on stderr that says nothing of the call, so it is left out.
- */
-function quietIpServerName(): void {
-  const emit = process.emitWarning.bind(process);
-  process.emitWarning = ((warning: string | Error, ...rest: unknown[]) => {
-    if (rest[1] === 'DEP0123') return;
-    (emit as (warning: string | Error, ...rest: unknown[]) => void)(warning, ...rest);
-  }) as typeof process.emitWarning;
+/** The host of `host:port`, `[v6]:port` or a bare host, without brackets. */
+function hostOf(address: string): string {
+  const bracketed = /^\[([^\]]+)\]/.exec(address);
+  if (bracketed) return bracketed[1] ?? '';
+  const colon = address.lastIndexOf(':');
+  return colon > 0 && address.indexOf(':') === colon ? address.slice(0, colon) : address;
 }
 
 /** A file the call needs, or an error that names it and the flag (or setting) behind it. */

@@ -545,7 +545,15 @@ describe("query over TLS, with the service's own settings", () => {
 
   it("calls over mutual TLS from the service's environment and a client certificate", async () => {
     const port = tollgate.address.split(':').at(-1) ?? '';
-    const client = ['--cert', certs.client.cert, '--key', certs.client.key];
+    // The server's certificate names localhost: Node 26 refuses an IP address as a TLS server name.
+    const client = [
+      '--cert',
+      certs.client.cert,
+      '--key',
+      certs.client.key,
+      '--server-name',
+      'localhost',
+    ];
     const run = await cli([...ask, ...client], { ...serviceEnv, GRPC_PORT: port });
     expect(run).toMatchObject({ code: 0, stderr: '' });
     expect(run.stdout).toMatch(/^OK\n {2}tenant=acme: OK, limit 5 per minute, 4 remaining/);
@@ -555,14 +563,28 @@ describe("query over TLS, with the service's own settings", () => {
     const plain = await cli([...ask, '--addr', tollgate.address]);
     expect(plain).toMatchObject({ code: 1, stdout: '' });
     expect(plain.stderr).toMatch(/^tollgate query: cannot reach tollgate at 127\.0\.0\.1:\d+: /);
-    const anonymous = await cli([...ask, '--addr', tollgate.address, '--tls', '--ca', certs.ca]);
+    const byAddress = await cli([...ask, '--addr', tollgate.address, '--tls', '--ca', certs.ca]);
+    expect(byAddress).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: expect.stringContaining(
+        `TLS to an IP address (${tollgate.address}) needs --server-name NAME`,
+      ) as string,
+    });
+    const anonymous = await cli([
+      ...[...ask, '--addr', tollgate.address, '--tls', '--ca', certs.ca],
+      ...['--server-name', 'localhost'],
+    ]);
     expect(anonymous).toMatchObject({ code: 1, stdout: '' });
     expect(await cli([...ask, '--cert', certs.client.cert])).toEqual({
       code: 2,
       stdout: '',
       stderr: expect.stringContaining('--cert and --key go together') as string,
     });
-    const missing = await cli([...ask, '--addr', tollgate.address, '--ca', '/nonexistent/ca.crt']);
+    const missing = await cli([
+      ...[...ask, '--addr', tollgate.address, '--ca', '/nonexistent/ca.crt'],
+      ...['--server-name', 'localhost'],
+    ]);
     expect(missing).toMatchObject({ code: 1, stdout: '' });
     expect(missing.stderr).toMatch(/^tollgate query: --ca: cannot read \/nonexistent\/ca\.crt: /);
   });
