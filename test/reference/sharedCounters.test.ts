@@ -186,6 +186,28 @@ describe.each([
     expect(ttl).toBeLessThanOrEqual(DAY_S + 300);
   });
 
+  it(`${backend.name}: tollgate counters reads and resets the reference's own key`, async () => {
+    await clearOfDayEnd();
+    const counters = (action: string) =>
+      spawnSync(
+        process.execPath,
+        [
+          ...['dist/cli/main.js', 'counters', action, '--config', services.rulesDir],
+          ...['--domain', 'cutover', '--descriptor', 'user=cli'],
+        ],
+        { env: { ...process.env, ...services.env }, encoding: 'utf8' },
+      );
+    expect(said(await ask(services.reference.client, 'user', 'cli', 3))).toBe(7);
+    const get = counters('get');
+    expect(get.stderr).toBe('');
+    expect(get.stdout).toContain(`key ${JSON.stringify(keyOf('user', 'cli'))}\n`);
+    expect(get.stdout).toContain('remaining 7 of 10\n');
+    const reset = counters('reset');
+    expect(reset.stdout).toContain('reset: the counter existed and is deleted\n');
+    // The reference starts the window again from nothing.
+    expect(said(await ask(services.reference.client, 'user', 'cli'))).toBe(9);
+  });
+
   it(`${backend.name}: alternately, every answer is the one a single service would give`, async () => {
     await clearOfDayEnd();
     const answers = [];
