@@ -85,10 +85,15 @@ export function createReferenceKeyStore(options: ReferenceKeyStoreOptions): Stor
     exists: (keys) => redis.exists(keys),
     ping: () => redis.ping(),
     async probe() {
-      // The path a check takes, on a key of its own.
+      // The path a check takes, on a key of its own; on a cluster every master answers too, since
+      // a check's keys may be on any of them.
       await redis.access.call(async (connection) => {
         await connection.incrby(probeKey, 0);
         await connection.expire(probeKey, 60);
+        if (connection.isCluster) {
+          const masters = (connection as Cluster).nodes('master');
+          await Promise.all(masters.map((node) => node.ping()));
+        }
       });
     },
     close: () => redis.close(),
