@@ -1,11 +1,9 @@
 // `tollgate counters`: reads or resets a descriptor's counter in Redis, keyed as the service keys it.
-import type { Entry } from '../core/check.js';
-import type { Settings } from '../process/settings.js';
 import type { StoreError } from '../core/errors.js';
-import { counterEntries, counterKey, referenceKey, referenceWindowKey } from '../store/keys.js';
+import { counterEntries } from '../store/keys.js';
+import { keyOfCounter } from '../decision/plan.js';
 import { explainMatch, whereIs } from '../rules/explain.js';
 import { matchRule } from '../rules/match.js';
-import { calendarWindowId } from '../rules/calendar.js';
 import { newCounter } from '../decision/counting.js';
 import type { Limit } from '../rules/types.js';
 import { createRedisStore } from '../store/redisStore.js';
@@ -87,7 +85,16 @@ export const counters: Command = {
       const { reason } = explainMatch(rules, entries);
       throw new CommandError(`${showEntries(entries)} has no counter: ${reason}`);
     }
-    const key = keyOf(settings, domain, counterEntries(entries, node), rules.tenantKey, limit);
+    const policy = { keyPrefix: settings.cacheKeyPrefix, referenceKeys: !!settings.referenceKeys };
+    // As the service keys it; COMPAT_KEYS=reference: in the window this instance's clock is in.
+    const key = keyOfCounter(
+      policy,
+      domain,
+      counterEntries(entries, node),
+      rules.tenantKey,
+      limit,
+      Date.now(),
+    );
 
     // A request's bound is too tight for an operator's round trip from elsewhere.
     const redis = { ...settings.redis, timeoutMs: Math.max(settings.redis.timeoutMs, 1_000) };
@@ -142,27 +149,4 @@ export const counters: Command = {
 /** Cost 0 checks without consuming; the flags stay off, as for a plain enforced counter. */
 function peekOf(key: string, limit: Limit): CounterCheck {
   return { ...newCounter(key, limit, 0, false, false), overdraw: false };
-}
-
-/** The counter's key as the service writes it. */
-function keyOf(
-  settings: Settings,
-  domain: string,
-  entries: readonly Entry[],
-  tenantKey: string | undefined,
-  limit: Limit,
-): string {
-  // COMPAT_KEYS=reference: the reference's key, in the window this instance's clock is in.
-  if (settings.referenceKeys) {
-    const key = referenceKey(settings.cacheKeyPrefix, domain, entries);
-    return referenceWindowKey(key, limit.windowMs, Date.now());
-  }
-  return counterKey(
-    settings.cacheKeyPrefix,
-    domain,
-    entries,
-    tenantKey,
-    limit.algorithm,
-    limit.calendar ? calendarWindowId(limit.calendar) : limit.windowMs,
-  );
 }

@@ -1,4 +1,4 @@
-import type { Check, Descriptor, DescriptorStatus } from '../core/check.js';
+import type { Check, Descriptor, DescriptorStatus, Entry } from '../core/check.js';
 import { counterEntries, counterKey, referenceKey, referenceWindowKey } from '../store/keys.js';
 import { costOf, overrideLimit } from './limits.js';
 import { matchRule } from '../rules/match.js';
@@ -112,20 +112,7 @@ export function planCheck(
       override || node === undefined
         ? descriptor.entries
         : counterEntries(descriptor.entries, node);
-    const key = policy.referenceKeys
-      ? referenceWindowKey(
-          referenceKey(policy.keyPrefix, check.domain, entries),
-          limit.windowMs,
-          nowMs ?? Date.now(),
-        )
-      : counterKey(
-          policy.keyPrefix,
-          check.domain,
-          entries,
-          domain.tenantKey,
-          limit.algorithm,
-          limit.calendar ? calendarWindowId(limit.calendar) : limit.windowMs,
-        );
+    const key = keyOfCounter(policy, check.domain, entries, domain.tenantKey, limit, nowMs);
     const slot = giveBack
       ? counting.addGiveBack(counters, key, limit, cost)
       : counting.add(counters, key, limit, cost, shadow, quota);
@@ -145,6 +132,33 @@ export function planCheck(
   // their own quota verdicts.
   if (unjudged && quotaPolicy.unjudgedPasses) for (const counter of counters) counter.shadow = true;
   return { check, unknownDomain: false, nodes, settled, counted, counters };
+}
+
+/**
+ * The store key of a descriptor's counter under `limit`: tollgate's own (keys.ts's counterKey), or
+ * under COMPAT_KEYS=reference the reference's, in the window holding `nowMs` (this process's clock
+ * when absent). The CLI's `counters` names counters by it too.
+ */
+export function keyOfCounter(
+  policy: Pick<PlanPolicy, 'keyPrefix' | 'referenceKeys'>,
+  domain: string,
+  entries: readonly Entry[],
+  tenantKey: string | undefined,
+  limit: Limit,
+  nowMs: number | undefined,
+): string {
+  if (policy.referenceKeys) {
+    const key = referenceKey(policy.keyPrefix, domain, entries);
+    return referenceWindowKey(key, limit.windowMs, nowMs ?? Date.now());
+  }
+  return counterKey(
+    policy.keyPrefix,
+    domain,
+    entries,
+    tenantKey,
+    limit.algorithm,
+    limit.calendar ? calendarWindowId(limit.calendar) : limit.windowMs,
+  );
 }
 
 /** The names that the request's matched limits replace; undefined when none does. */
