@@ -123,7 +123,8 @@ export interface Settled {
  *   sit on top of the others'.
  * - A rise past it is taken when the next report asks for one too (a client left): a single
  *   report that sees fewer clients than there are (their demand not recorded in time, after the
- *   store was out) does not hand out their shares, at the cost of one reporting interval.
+ *   store was out) does not hand out their shares, at the cost of one reporting interval. Once
+ *   taken, each further report that asks for a rise again is taken too.
  * - A smaller move is taken once it holds for SETTLE_REPORTS reports and SETTLE_MS: noise goes
  *   both ways and resets the streak, so the rate stays put, but a real move is always taken, so
  *   a rate cannot freeze away from its share.
@@ -138,7 +139,9 @@ export function settle(last: Settled | undefined, target: number, atMs: number):
   const streak = (continues ? last.streak : 0) + Math.sign(move);
   const since = continues ? last.since : atMs;
   if (move > AT_ONCE) {
-    if (Math.abs(streak) >= RISE_REPORTS) return taken;
+    // The streak is kept: a rise that goes on (a joining bucket's demand, measured over longer
+    // and longer spans) is followed report by report, not held two more reports at each step.
+    if (Math.abs(streak) >= RISE_REPORTS) return { rate: target, streak, since: atMs };
   } else if (Math.abs(streak) >= SETTLE_REPORTS && atMs - since >= SETTLE_MS) {
     return taken;
   }

@@ -93,7 +93,7 @@ afterAll(async () => {
 describe('RLQS clients that join and leave', () => {
   // Demand is learnt from a report, and the others hear of it at their next: two intervals, and
   // a little for the reports' own latency.
-  const SETTLED = 2 * INTERVAL + 300;
+  const SETTLED = 2 * INTERVAL + 450;
 
   it('shares the rule among the new set of clients within 2 reporting intervals', () => {
     const result = results.get('churn')!;

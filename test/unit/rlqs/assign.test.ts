@@ -81,6 +81,17 @@ describe('fair RLQS assignments', () => {
     const asked = settle(at100, 150, 5000);
     expect(asked).toEqual({ rate: 100, streak: 1, since: 5000 });
     expect(settle(asked, 148, 10_000).rate).toBe(148);
+    // A joining bucket measured over longer spans: once a rise is taken, the next is too.
+    let ramp = settle(undefined, 0.3, 0);
+    ramp = settle(ramp, 2, 10);
+    expect(ramp.rate).toBe(0.3);
+    ramp = settle(ramp, 21, 500);
+    expect(ramp.rate).toBe(21);
+    ramp = settle(ramp, 38, 1000);
+    expect(ramp.rate).toBe(38);
+    // A fall ends the run: the next rise waits for a second report again.
+    ramp = settle(ramp, 30, 1500);
+    expect(settle(ramp, 38, 2000).rate).toBe(30);
     // One report that saw too few clients, then the right ones: nothing moves.
     expect(settle(asked, 100.5, 10_000)).toEqual({ rate: 100, streak: 0, since: 10_000 });
     // Within 1%: the same rate.
