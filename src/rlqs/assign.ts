@@ -95,6 +95,8 @@ export function tokenBucketFor(budget: {
   return { maxTokens: Math.max(1, capacity), tokensPerFill, fillIntervalSeconds };
 }
 
+/** A report covering less than this is brief (see `settle`); Envoy's interval is longer. */
+export const BRIEF_REPORT_MS = 100;
 /** A rate within this part of the one assigned is the same rate: it is not sent again. */
 const SAME_RATE = 0.01;
 /** A rate that falls by more than this part is sent at once; one that rises so, at the second ask. */
@@ -125,16 +127,25 @@ export interface Settled {
  *   report that sees fewer clients than there are (their demand not recorded in time, after the
  *   store was out) does not hand out their shares, at the cost of one reporting interval. Once
  *   taken, each further report that asks for a rise again is taken too.
+ * - A `brief` report (Envoy's own at once after a changed assignment, or for a new bucket: it
+ *   covers a few milliseconds and says little of a rate) takes a fall past AT_ONCE, and else
+ *   leaves the rate and the streak as they are: it neither starts a run nor breaks one.
  * - A smaller move is taken once it holds for SETTLE_REPORTS reports and SETTLE_MS: noise goes
  *   both ways and resets the streak, so the rate stays put, but a real move is always taken, so
  *   a rate cannot freeze away from its share.
  */
-export function settle(last: Settled | undefined, target: number, atMs: number): Settled {
+export function settle(
+  last: Settled | undefined,
+  target: number,
+  atMs: number,
+  brief = false,
+): Settled {
   const taken = { rate: target, streak: 0, since: atMs };
   if (last === undefined || last.rate <= 0) return taken;
   const move = (target - last.rate) / last.rate;
-  if (Math.abs(move) <= SAME_RATE) return { rate: last.rate, streak: 0, since: atMs };
   if (move < -AT_ONCE) return taken;
+  if (brief) return last;
+  if (Math.abs(move) <= SAME_RATE) return { rate: last.rate, streak: 0, since: atMs };
   const continues = move > 0 ? last.streak > 0 : last.streak < 0;
   const streak = (continues ? last.streak : 0) + Math.sign(move);
   const since = continues ? last.since : atMs;

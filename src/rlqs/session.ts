@@ -20,6 +20,7 @@ import type { CounterCheck, Store } from '../store/Store.js';
 import {
   RELEASED_REPORTING_MS,
   assignmentTtlMs,
+  BRIEF_REPORT_MS,
   consumerBudget,
   settle,
   tokenBucketFor,
@@ -244,9 +245,10 @@ function tokenBucketStrategy(
   state: Held,
   shares: readonly PoolShare[],
   atMs: number,
+  brief: boolean,
 ): { strategy: Strategy; settled: Settled } {
   const budget = consumerBudget(shares);
-  const settled = settle(state.settled, budget.ratePerSecond, atMs);
+  const settled = settle(state.settled, budget.ratePerSecond, atMs, brief);
   if (settled.rate === state.settled?.rate && state.strategy?.kind === 'token_bucket') {
     return { strategy: state.strategy, settled };
   }
@@ -378,11 +380,18 @@ async function chargeAndAssign(
     shares: readonly PoolShare[];
     /** Its demand, a second; Infinity while only estimated: the reserve takes its rate. */
     demand: number;
+    /** The report covers too little time to move a rate but down (assign.ts, `settle`). */
+    brief: boolean;
     nowMs: number | undefined;
     wallMs: number;
   },
 ): Promise<{ strategy: Strategy; untilMs?: number }> {
-  const { strategy, settled } = tokenBucketStrategy(state, report.shares, prepared.at);
+  const { strategy, settled } = tokenBucketStrategy(
+    state,
+    report.shares,
+    prepared.at,
+    report.brief,
+  );
   const { charges, reserves } = reportCosts(state, prepared, {
     rate: settled.rate,
     demand: report.demand,
@@ -515,6 +524,7 @@ function resumption(
     const assigned = await chargeAndAssign(options, state, prepared, {
       shares: back.shares,
       demand: state.demand ?? Infinity,
+      brief: false,
       nowMs,
       wallMs: nowMs ?? Date.now(),
     });
@@ -592,6 +602,7 @@ export function createSession(options: SessionOptions): Session {
     const assigned = await chargeAndAssign(options, state, prepared, {
       shares,
       demand: estimated ? Infinity : demand,
+      brief: coveredMs < BRIEF_REPORT_MS,
       nowMs,
       wallMs,
     });

@@ -35,6 +35,14 @@ function rateAt(result: SimResult, client: string, atMs: number): number {
   return held.length === 0 ? NaN : rateOf(held[held.length - 1]!);
 }
 
+/** A client's assignments, as "ms after the start: rate", to tell a failure's story. */
+function timeline(result: SimResult, client: string): string {
+  const rates = result.assignments
+    .filter((a) => a.client === client)
+    .map((a) => `${a.atMs - result.startMs}: ${rateOf(a).toFixed(1)}`);
+  return `${client}'s assignments: ${rates.join(', ')}`;
+}
+
 let tollgate: Tollgate;
 let aged: Tollgate;
 const results = new Map<string, SimResult>();
@@ -104,11 +112,11 @@ describe('RLQS clients that join and leave', () => {
     }
     for (const client of ['stays#0', 'stays#1', 'stays#2', 'leaves', 'joins']) {
       const rate = rateAt(result, client, JOIN_MS + SETTLED);
-      expect(Math.abs(rate - joined) / joined).toBeLessThanOrEqual(0.15);
+      expect(Math.abs(rate - joined) / joined, timeline(result, client)).toBeLessThanOrEqual(0.15);
     }
     for (const client of ['stays#0', 'stays#1', 'stays#2', 'joins']) {
       const rate = rateAt(result, client, LEAVE_MS + SETTLED);
-      expect(Math.abs(rate - before) / before).toBeLessThanOrEqual(0.15);
+      expect(Math.abs(rate - before) / before, timeline(result, client)).toBeLessThanOrEqual(0.15);
     }
   });
 

@@ -92,6 +92,19 @@ describe('fair RLQS assignments', () => {
     // A fall ends the run: the next rise waits for a second report again.
     ramp = settle(ramp, 30, 1500);
     expect(settle(ramp, 38, 2000).rate).toBe(30);
+    // Envoy's report at once after a changed assignment neither breaks a run of rises...
+    let run = settle(undefined, 0.3, 0);
+    run = settle(run, 2, 10, true);
+    expect(run).toEqual({ rate: 0.3, streak: 0, since: 0 });
+    run = settle(run, 21, 500);
+    expect(run.rate).toBe(0.3);
+    run = settle(run, 38, 1000);
+    expect(run.rate).toBe(38);
+    expect(settle(run, 38.1, 1005, true)).toEqual(run);
+    expect(settle(settle(run, 38.1, 1005, true), 45, 1500).rate).toBe(45);
+    // ...nor starts one, and a fall past 5% is taken from it at once.
+    expect(settle(settle(at100, 150, 100, true), 150, 500).rate).toBe(100);
+    expect(settle(at100, 80, 100, true).rate).toBe(80);
     // One report that saw too few clients, then the right ones: nothing moves.
     expect(settle(asked, 100.5, 10_000)).toEqual({ rate: 100, streak: 0, since: 10_000 });
     // Within 1%: the same rate.
