@@ -95,8 +95,8 @@ export function tokenBucketFor(budget: {
   return { maxTokens: Math.max(1, capacity), tokensPerFill, fillIntervalSeconds };
 }
 
-/** A report covering less than this is brief (see `settle`); Envoy's interval is longer. */
-export const BRIEF_REPORT_MS = 100;
+/** A report covering less than this is brief (see `settle`); Envoy reports every 100 ms at most. */
+export const BRIEF_REPORT_MS = 50;
 /** A rate within this part of the one assigned is the same rate: it is not sent again. */
 const SAME_RATE = 0.01;
 /** A rate that falls by more than this part is sent at once; one that rises so, at the second ask. */

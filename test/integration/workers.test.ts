@@ -1,5 +1,6 @@
 import { readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
+import { setTimeout as delay } from 'node:timers/promises';
 import { createServer, type Server } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import { Redis } from 'ioredis';
@@ -339,6 +340,9 @@ describe('WORKERS=2 on one Redis', () => {
       // would give the streams of a worker that holds two of them half each.
       let rates: number[] = [];
       for (let round = 0; round < 3; round++) {
+        // Reports a reporting interval apart (Envoy's is at least 100 ms): one that covers a few
+        // milliseconds only moves a rate down (src/rlqs/assign.ts, `settle`).
+        await delay(150);
         rates = [];
         for (const stream of streams) {
           stream.stream.write(usageReport({ counted: 'rlqs' }, 0, undefined, 10));
